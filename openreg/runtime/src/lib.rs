@@ -1,0 +1,35 @@
+//! The OpenReg device runtime: the "driver" of a simulated accelerator whose memory is host
+//! memory that host code cannot touch. It knows nothing about PyTorch; the `openreg-torch`
+//! crate adapts it to PyTorch's C++ interfaces.
+//!
+//! | concept | module |
+//! |---|---|
+//! | devices, current device per thread | [`device`] |
+//! | device memory (separate address space) | [`memory`] |
+//! | pinned host memory | [`host`] |
+//! | pointer attributes | [`pointer`] |
+//! | copies | [`copy`] |
+//! | streams and kernel launch | [`stream`] |
+//! | events | [`event`] |
+
+pub mod copy;
+pub mod device;
+pub mod error;
+pub mod event;
+mod fault;
+pub mod host;
+pub mod memory;
+pub mod pointer;
+pub mod stream;
+
+pub use copy::{MemcpyKind, memcpy, memcpy_async};
+pub use device::{
+    DEVICE_COUNT, check_device, current_device, device_count, exchange_device, set_device,
+    synchronize_device,
+};
+pub use error::{Error, Result};
+pub use event::Event;
+pub use host::{host_free, host_malloc};
+pub use memory::{free, host_view, malloc, memory_info};
+pub use pointer::{MemoryType, PointerAttributes, pointer_attributes};
+pub use stream::{Stream, current_stream, default_stream, new_stream, set_current_stream, stream_by_id};

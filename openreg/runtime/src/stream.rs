@@ -1,0 +1,270 @@
+//! Streams: ordered queues of work, each executed by a worker thread of its own.
+//!
+//! Stream ids are per device: id 0 is the device's default stream, new streams get the next
+//! id. Streams live as long as the process (PyTorch copies `(device, id)` pairs around freely),
+//! but an idle stream's worker thread exits and is started again by the next launch.
+
+use std::cell::RefCell;
+use std::collections::VecDeque;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock};
+use std::time::Duration;
+
+use crate::device::{DEVICE_COUNT, check_device};
+use crate::error::{Error, Result};
+
+/// Priorities as CUDA numbers them: lower is more urgent.
+pub const HIGHEST_PRIORITY: i32 = -1;
+pub const LOWEST_PRIORITY: i32 = 0;
+
+/// How long an idle worker waits for work before its thread exits.
+const WORKER_IDLE: Duration = Duration::from_secs(2);
+
+type Task = Box<dyn FnOnce() + Send + 'static>;
+
+// ANCHOR: stream
+/// A handle to a stream; cheap to clone.
+#[derive(Clone)]
+pub struct Stream(Arc<Inner>);
+
+struct Inner {
+    device: usize,
+    id: u64,
+    priority: i32,
+    queue: Mutex<Queue>,
+    /// Signalled when work arrives (wakes the worker).
+    work: Condvar,
+    /// Signalled when work completes (wakes synchronize).
+    done: Condvar,
+}
+
+#[derive(Default)]
+struct Queue {
+    tasks: VecDeque<Task>,
+    submitted: u64,
+    completed: u64,
+    worker_running: bool,
+    /// The first failure since the last synchronize, reported by it.
+    error: Option<String>,
+}
+// ANCHOR_END: stream
+
+static STREAMS: [RwLock<Vec<Stream>>; DEVICE_COUNT] = [const { RwLock::new(Vec::new()) }; DEVICE_COUNT];
+
+thread_local! {
+    // The current stream id of each device, per thread; 0 is the default stream.
+    static CURRENT: RefCell<[u64; DEVICE_COUNT]> = const { RefCell::new([0; DEVICE_COUNT]) };
+}
+
+fn registry(device: usize) -> &'static RwLock<Vec<Stream>> {
+    &STREAMS[device]
+}
+
+fn create(device: usize, priority: i32) -> Stream {
+    let mut streams = registry(device).write().unwrap_or_else(|e| e.into_inner());
+    if streams.is_empty() {
+        streams.push(Stream::new(device, 0, LOWEST_PRIORITY));
+    }
+    let stream = Stream::new(device, streams.len() as u64, priority);
+    streams.push(stream.clone());
+    stream
+}
+
+// ANCHOR: streams_api
+/// The default stream (id 0) of `device`.
+pub fn default_stream(device: i64) -> Result<Stream> {
+    stream_by_id(device, 0)
+}
+
+/// A new stream on `device`; `priority` is clamped to `[HIGHEST_PRIORITY, LOWEST_PRIORITY]`.
+pub fn new_stream(device: i64, priority: i32) -> Result<Stream> {
+    let device = check_device(device)?;
+    Ok(create(device, priority.clamp(HIGHEST_PRIORITY, LOWEST_PRIORITY)))
+}
+
+/// Looks a stream up by `(device, id)`, the pair PyTorch stores in a `c10::Stream`.
+pub fn stream_by_id(device: i64, id: u64) -> Result<Stream> {
+    let device = check_device(device)?;
+    if id == 0 {
+        let streams = registry(device).read().unwrap_or_else(|e| e.into_inner());
+        if let Some(s) = streams.first() {
+            return Ok(s.clone());
+        }
+        drop(streams);
+        let mut streams = registry(device).write().unwrap_or_else(|e| e.into_inner());
+        if streams.is_empty() {
+            streams.push(Stream::new(device, 0, LOWEST_PRIORITY));
+        }
+        return Ok(streams[0].clone());
+    }
+    let streams = registry(device).read().unwrap_or_else(|e| e.into_inner());
+    streams.get(id as usize).cloned().ok_or_else(|| {
+        Error::InvalidValue(format!(
+            "openreg:{device} has no stream with id {id} ({} streams exist)",
+            streams.len().max(1)
+        ))
+    })
+}
+
+/// This thread's current stream on `device`.
+pub fn current_stream(device: i64) -> Result<Stream> {
+    let d = check_device(device)?;
+    stream_by_id(device, CURRENT.with(|c| c.borrow()[d]))
+}
+
+/// Makes `stream` this thread's current stream on its device; returns the previous one.
+pub fn set_current_stream(stream: &Stream) -> Stream {
+    let previous = CURRENT.with(|c| std::mem::replace(&mut c.borrow_mut()[stream.0.device], stream.0.id));
+    stream_by_id(stream.0.device as i64, previous).unwrap_or_else(|_| stream.clone())
+}
+// ANCHOR_END: streams_api
+
+/// Waits for every stream of `device`.
+pub(crate) fn synchronize_all(device: usize) -> Result<()> {
+    let streams: Vec<Stream> = registry(device).read().unwrap_or_else(|e| e.into_inner()).clone();
+    let mut first_error = Ok(());
+    for s in &streams {
+        if let Err(e) = s.synchronize() {
+            first_error = first_error.and(Err(e));
+        }
+    }
+    first_error
+}
+
+impl Stream {
+    fn new(device: usize, id: u64, priority: i32) -> Stream {
+        Stream(Arc::new(Inner {
+            device,
+            id,
+            priority,
+            queue: Mutex::new(Queue::default()),
+            work: Condvar::new(),
+            done: Condvar::new(),
+        }))
+    }
+
+    pub fn device(&self) -> usize {
+        self.0.device
+    }
+
+    pub fn id(&self) -> u64 {
+        self.0.id
+    }
+
+    pub fn priority(&self) -> i32 {
+        self.0.priority
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Queue> {
+        self.0.queue.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    // ANCHOR: launch
+    /// Enqueues `task`; it runs on this stream's worker after everything enqueued before it.
+    /// A panic inside `task` is caught and reported by the next [`Stream::synchronize`].
+    pub fn launch(&self, task: impl FnOnce() + Send + 'static) -> Result<()> {
+        let mut q = self.lock();
+        q.tasks.push_back(Box::new(task));
+        q.submitted += 1;
+        if !q.worker_running {
+            q.worker_running = true;
+            let inner = self.0.clone();
+            let spawned = std::thread::Builder::new()
+                .name(format!("openreg:{}/stream {}", inner.device, inner.id))
+                .spawn(move || worker(&inner));
+            if let Err(e) = spawned {
+                q.worker_running = false;
+                q.tasks.pop_back();
+                q.submitted -= 1;
+                return Err(Error::System { call: "spawn", errno: e.raw_os_error().unwrap_or(0) });
+            }
+        }
+        drop(q);
+        self.0.work.notify_one();
+        Ok(())
+    }
+    // ANCHOR_END: launch
+
+    /// Runs `task` on the calling thread at once if the stream is idle, else enqueues it.
+    /// Used for markers (event records) that need no thread hop when nothing is pending.
+    pub(crate) fn run_or_launch(&self, task: impl FnOnce() + Send + 'static) -> Result<()> {
+        let q = self.lock();
+        if q.submitted == q.completed {
+            task();
+            return Ok(());
+        }
+        drop(q);
+        self.launch(task)
+    }
+
+    /// True when all work enqueued so far has completed.
+    pub fn query(&self) -> bool {
+        let q = self.lock();
+        q.submitted == q.completed
+    }
+
+    /// Blocks until all work enqueued before this call has completed.
+    pub fn synchronize(&self) -> Result<()> {
+        let mut q = self.lock();
+        let target = q.submitted;
+        while q.completed < target {
+            q = self.0.done.wait(q).unwrap_or_else(|e| e.into_inner());
+        }
+        match q.error.take() {
+            None => Ok(()),
+            Some(message) => Err(Error::StreamFailed { stream: self.0.id, device: self.0.device, message }),
+        }
+    }
+
+    /// Makes all future work on this stream wait until `event`'s latest record completed.
+    /// Waiting on an event that was never recorded does nothing, as in CUDA.
+    pub fn wait_event(&self, event: &crate::event::Event) -> Result<()> {
+        match event.pending_record() {
+            None => Ok(()),
+            Some(waiter) => self.launch(waiter),
+        }
+    }
+}
+
+impl PartialEq for Stream {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl std::fmt::Debug for Stream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Stream(openreg:{}, id={}, priority={})", self.0.device, self.0.id, self.0.priority)
+    }
+}
+
+// ANCHOR: worker
+fn worker(inner: &Inner) {
+    let mut q = inner.queue.lock().unwrap_or_else(|e| e.into_inner());
+    loop {
+        let Some(task) = q.tasks.pop_front() else {
+            let (guard, timeout) =
+                inner.work.wait_timeout(q, WORKER_IDLE).unwrap_or_else(|e| e.into_inner());
+            q = guard;
+            if timeout.timed_out() && q.tasks.is_empty() {
+                q.worker_running = false;
+                return;
+            }
+            continue;
+        };
+        drop(q);
+        let outcome = catch_unwind(AssertUnwindSafe(task));
+        q = inner.queue.lock().unwrap_or_else(|e| e.into_inner());
+        if let Err(panic) = outcome {
+            let message = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "a task panicked".into());
+            q.error.get_or_insert(message);
+        }
+        q.completed += 1;
+        inner.done.notify_all();
+    }
+}
+// ANCHOR_END: worker

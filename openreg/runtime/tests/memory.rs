@@ -1,0 +1,126 @@
+//! Device memory, host memory, pointer attributes and copies.
+
+use openreg_runtime::*;
+
+fn to_device(bytes: &[u8], device: i64) -> *mut u8 {
+    let d = malloc(device, bytes.len()).unwrap();
+    unsafe { memcpy(d, bytes.as_ptr(), bytes.len(), MemcpyKind::HostToDevice).unwrap() };
+    d
+}
+
+fn to_host(d: *const u8, len: usize) -> Vec<u8> {
+    let mut out = vec![0u8; len];
+    unsafe { memcpy(out.as_mut_ptr(), d, len, MemcpyKind::DeviceToHost).unwrap() };
+    out
+}
+
+#[test]
+fn allocations_are_page_aligned_and_distinct() {
+    let a = malloc(0, 10).unwrap();
+    let b = malloc(0, 10).unwrap();
+    assert_ne!(a, b);
+    assert_eq!(a as usize % 4096, 0);
+    assert_eq!(b as usize % 4096, 0);
+    assert!(malloc(0, 0).unwrap().is_null());
+    free(a).unwrap();
+    free(b).unwrap();
+}
+
+#[test]
+fn round_trip_in_every_direction() {
+    let data: Vec<u8> = (0..10_000u32).map(|i| (i * 7) as u8).collect();
+    let d0 = to_device(&data, 0);
+    let d1 = malloc(1, data.len()).unwrap();
+    unsafe { memcpy(d1, d0, data.len(), MemcpyKind::DeviceToDevice).unwrap() };
+    let d1b = malloc(1, data.len()).unwrap();
+    unsafe { memcpy(d1b, d1, data.len(), MemcpyKind::Default).unwrap() };
+    assert_eq!(to_host(d1b, data.len()), data);
+    for p in [d0, d1, d1b] {
+        free(p).unwrap();
+    }
+}
+
+#[test]
+fn large_copies_use_several_threads_and_stay_correct() {
+    let data: Vec<u8> = (0..(9 << 20)).map(|i: usize| (i % 251) as u8).collect();
+    let d = to_device(&data, 1);
+    assert_eq!(to_host(d, data.len()), data);
+    free(d).unwrap();
+}
+
+#[test]
+fn bad_pointers_are_errors_not_crashes() {
+    let d = malloc(0, 4096).unwrap();
+    // Out of bounds of the allocation.
+    let mut big = vec![0u8; 8192];
+    let err = unsafe { memcpy(big.as_mut_ptr(), d, 8192, MemcpyKind::DeviceToHost) }.unwrap_err();
+    assert!(matches!(err, Error::InvalidPointer { .. }), "{err}");
+    // Host memory where device memory was promised.
+    let err = unsafe { memcpy(big.as_mut_ptr(), big.as_ptr(), 16, MemcpyKind::DeviceToHost) }.unwrap_err();
+    assert!(matches!(err, Error::InvalidPointer { .. }), "{err}");
+    // Device memory where host memory was promised.
+    let err = unsafe { memcpy(d, big.as_ptr(), 16, MemcpyKind::HostToHost) }.unwrap_err();
+    assert!(matches!(err, Error::InvalidValue(_)), "{err}");
+    free(d).unwrap();
+    // Double free and use after free.
+    assert!(matches!(free(d), Err(Error::InvalidPointer { .. })));
+    assert!(host_view(d, 1).is_err());
+    // Not a device pointer at all.
+    assert!(free(big.as_mut_ptr()).is_err());
+    assert!(matches!(malloc(3, 16), Err(Error::InvalidDevice { index: 3, count: 2 })));
+}
+
+#[test]
+fn host_view_checks_bounds() {
+    let d = malloc(0, 100).unwrap();
+    assert!(host_view(d, 4096).is_ok()); // the page-rounded allocation
+    assert!(host_view(unsafe { d.add(4000) }, 96).is_ok());
+    assert!(host_view(unsafe { d.add(4000) }, 97).is_err());
+    free(d).unwrap();
+}
+
+#[test]
+fn pointer_attributes_tell_memory_apart() {
+    let d = malloc(1, 64).unwrap();
+    let h = host_malloc(64).unwrap();
+    let local = 5u8;
+    let a = pointer_attributes(unsafe { d.add(10) });
+    assert_eq!((a.memory_type, a.device, a.base), (MemoryType::Device, Some(1), d as usize));
+    let a = pointer_attributes(h);
+    assert_eq!((a.memory_type, a.device), (MemoryType::Host, None));
+    assert_eq!(pointer_attributes(&local).memory_type, MemoryType::Unmanaged);
+    free(d).unwrap();
+    assert_eq!(pointer_attributes(d).memory_type, MemoryType::Unmanaged);
+    host_free(h).unwrap();
+    assert!(host_free(h).is_err());
+}
+
+#[test]
+fn freed_memory_is_reused_and_accounted() {
+    let (free0, total) = memory_info(0).unwrap();
+    assert!(free0 <= total);
+    let p = malloc(0, 1 << 20).unwrap();
+    let (free1, _) = memory_info(0).unwrap();
+    assert!(free1 <= free0 - (1 << 20) + (1 << 20)); // other tests may run concurrently
+    free(p).unwrap();
+}
+
+#[test]
+fn many_threads_allocate_copy_and_free_at_once() {
+    let threads: Vec<_> = (0..8)
+        .map(|t| {
+            std::thread::spawn(move || {
+                for i in 0..200usize {
+                    let len = 1 + (i * 37 + t * 101) % 20_000;
+                    let data: Vec<u8> = (0..len).map(|k| (k + t + i) as u8).collect();
+                    let d = to_device(&data, (t % 2) as i64);
+                    assert_eq!(to_host(d, len), data);
+                    free(d).unwrap();
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+}
