@@ -155,6 +155,11 @@ impl Stream {
         self.0.priority
     }
 
+    /// A stable address identifying the stream, for PyTorch's "native handle".
+    pub fn handle(&self) -> usize {
+        Arc::as_ptr(&self.0) as usize
+    }
+
     fn lock(&self) -> MutexGuard<'_, Queue> {
         self.0.queue.lock().unwrap_or_else(|e| e.into_inner())
     }

@@ -1,0 +1,115 @@
+//! `torch_openreg._C`: the functions the Python package needs from Rust.
+//!
+//! Importing it registers the backend with PyTorch (allocator, guard, hooks, operators,
+//! fallback). Device management goes straight to the runtime; everything PyTorch-shaped went
+//! through the C++ glue at registration.
+
+use pyo3::exceptions::{PyImportError, PyRuntimeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::PyType;
+
+use openreg_runtime as rt;
+use openreg_torch::error::{ErrorKind, kind_of};
+
+// ANCHOR: errors
+/// A runtime error as the Python exception PyTorch would raise for it.
+fn py_err(py: Python<'_>, error: rt::Error) -> PyErr {
+    let message = error.to_string();
+    let class = match kind_of(&error) {
+        ErrorKind::Value => return PyValueError::new_err(message),
+        ErrorKind::OutOfMemory => "OutOfMemoryError",
+        _ => "AcceleratorError", // a RuntimeError subclass, as CUDA's errors are
+    };
+    match py.import("torch").and_then(|torch| torch.getattr(class)) {
+        Ok(ty) => match ty.cast_into::<PyType>() {
+            Ok(ty) => PyErr::from_type(ty, message),
+            Err(_) => PyRuntimeError::new_err(message),
+        },
+        Err(_) => PyRuntimeError::new_err(message),
+    }
+}
+// ANCHOR_END: errors
+
+// ANCHOR: device_functions
+#[pyfunction]
+fn _get_device_count() -> usize {
+    rt::device_count()
+}
+
+#[pyfunction]
+fn _get_device() -> usize {
+    rt::current_device()
+}
+
+/// Sets the current device; a negative index is a no-op, as in `torch.cuda.set_device`.
+#[pyfunction]
+fn _set_device(py: Python<'_>, device: i64) -> PyResult<()> {
+    if device < 0 {
+        return Ok(());
+    }
+    rt::set_device(device).map_err(|e| py_err(py, e))
+}
+
+/// Sets the current device and returns the previous one; a negative index is a no-op that
+/// returns -1 (what `torch.openreg.device(None)` relies on).
+#[pyfunction]
+#[pyo3(name = "_exchangeDevice")]
+fn exchange_device(py: Python<'_>, device: i64) -> PyResult<i64> {
+    if device < 0 {
+        return Ok(-1);
+    }
+    rt::exchange_device(device).map(|d| d as i64).map_err(|e| py_err(py, e))
+}
+// ANCHOR_END: device_functions
+
+/// Waits for all work on `device` (its streams).
+#[pyfunction]
+fn _synchronize(py: Python<'_>, device: i64) -> PyResult<()> {
+    py.detach(|| rt::synchronize_device(device)).map_err(|e| py_err(py, e))
+}
+
+/// The default `torch.Generator` of `device`.
+#[pyfunction]
+fn _get_default_generator<'py>(py: Python<'py>, device: i64) -> PyResult<Bound<'py, PyAny>> {
+    rt::check_device(device).map_err(|e| py_err(py, e))?;
+    py.import("torch")?
+        .getattr("_C")?
+        .call_method1("_accelerator_getDefaultGenerator", (device,))
+}
+
+/// PyTorch's lazy device initialisation (the hooks' `init`), run once.
+#[pyfunction]
+fn _init() -> PyResult<()> {
+    openreg_torch::lazy_init().map_err(PyRuntimeError::new_err)
+}
+
+// ANCHOR: module
+#[pymodule]
+#[pyo3(name = "_C")]
+fn openreg_c(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    let py = m.py();
+    // Refuse to register C++ glue compiled for another torch: its ABI may differ silently.
+    let found: String = py.import("torch")?.getattr("__version__")?.extract()?;
+    let release = found.split('+').next().unwrap_or(&found);
+    if release != openreg_torch::TORCH_VERSION {
+        return Err(PyImportError::new_err(format!(
+            "torch_openreg was built against torch {} but torch {found} is installed; \
+             rebuild torch_openreg (make build) or install torch=={}",
+            openreg_torch::TORCH_VERSION,
+            openreg_torch::TORCH_VERSION
+        )));
+    }
+    openreg_torch::register()
+        .map_err(|e| PyImportError::new_err(format!("registering the openreg backend failed: {e}")))?;
+
+    m.add("_torch_version", openreg_torch::TORCH_VERSION)?;
+    m.add_function(wrap_pyfunction!(_init, m)?)?;
+    m.add_function(wrap_pyfunction!(_get_device_count, m)?)?;
+    m.add_function(wrap_pyfunction!(_get_device, m)?)?;
+    m.add_function(wrap_pyfunction!(_set_device, m)?)?;
+    m.add_function(wrap_pyfunction!(exchange_device, m)?)?;
+    m.add_function(wrap_pyfunction!(_synchronize, m)?)?;
+    m.add_function(wrap_pyfunction!(_get_default_generator, m)?)?;
+    Ok(())
+}
+// ANCHOR_END: module

@@ -1,0 +1,38 @@
+"""OpenReg: a simulated accelerator for PyTorch, written in Rust.
+
+``import torch`` loads this package through the ``torch.backends`` entry point, after which
+``torch.randn(3, device="openreg")`` works with no other import.
+"""
+
+import torch
+
+from ._version import TORCH_VERSION
+
+# ANCHOR: version_check
+# Check before loading _C: glue built for another torch can fail to load with an obscure
+# "undefined symbol" error, or worse, load and misbehave.
+if torch.__version__.split("+")[0] != TORCH_VERSION:
+    raise ImportError(
+        f"torch_openreg needs torch=={TORCH_VERSION}, but torch {torch.__version__} is "
+        f"installed; install torch=={TORCH_VERSION} or rebuild torch_openreg against it"
+    )
+# ANCHOR_END: version_check
+
+# ANCHOR: setup
+import torch_openreg._C  # noqa: E402  (registers allocator, guard, hooks, operators)
+import torch_openreg.openreg  # noqa: E402
+
+# "privateuseone" becomes "openreg" in device strings, and torch.openreg is our module.
+torch.utils.rename_privateuse1_backend("openreg")
+torch._register_device_module("openreg", torch_openreg.openreg)
+# Tensor.openreg(), Tensor.is_openreg, Module.openreg(), Storage.openreg(), ...
+torch.utils.generate_methods_for_privateuse1_backend(
+    for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True
+)
+# ANCHOR_END: setup
+
+
+# ANCHOR: autoload
+def _autoload():
+    """Entry point for ``torch.backends``: importing this package did all the work."""
+# ANCHOR_END: autoload

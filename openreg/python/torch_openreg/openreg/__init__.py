@@ -1,0 +1,132 @@
+"""``torch.openreg``: device management for OpenReg, shaped like ``torch.cuda``."""
+
+import threading
+import traceback
+
+import torch
+import torch_openreg._C as _C
+
+# ANCHOR: device_index
+def _device_index(device, optional=False) -> int:
+    """The index in an int, ``"openreg:1"`` or ``torch.device``; the current one if absent."""
+    if isinstance(device, str):
+        device = torch.device(device)
+    if isinstance(device, torch.device):
+        if device.type != "openreg":
+            raise ValueError(f"expected an openreg device, got {device}")
+        device = device.index
+    if device is None:
+        if optional:
+            return current_device()
+        raise ValueError("expected a device index, got None")
+    if isinstance(device, bool) or not isinstance(device, int):
+        raise TypeError(
+            f"expected a device as an int, str or torch.device, got {type(device).__name__}"
+        )
+    return device
+# ANCHOR_END: device_index
+
+
+# ANCHOR: device_management
+def is_available() -> bool:
+    return device_count() > 0
+
+
+def device_count() -> int:
+    return _C._get_device_count()
+
+
+def current_device() -> int:
+    return _C._get_device()
+
+
+def set_device(device) -> None:
+    index = _device_index(device)
+    if index >= 0:
+        _C._set_device(index)
+
+
+def synchronize(device=None) -> None:
+    """Waits for all work queued on ``device`` (the current one by default)."""
+    _C._synchronize(_device_index(device, optional=True))
+
+
+class device:
+    """Context manager that makes ``device`` current and restores the previous one on exit.
+
+    A negative index or ``None`` makes it a no-op.
+    """
+
+    def __init__(self, device):
+        self.idx = -1 if device is None else _device_index(device, optional=True)
+        self.prev_idx = -1
+
+    def __enter__(self):
+        self.prev_idx = _C._exchangeDevice(self.idx)
+        return self
+
+    def __exit__(self, *exc):
+        _C._set_device(self.prev_idx)
+        return False
+# ANCHOR_END: device_management
+
+
+# ANCHOR: lazy_init
+_initialized = False
+_init_lock = threading.Lock()
+_queued_calls = []  # (callable, where it was queued) until initialisation
+
+
+def is_initialized() -> bool:
+    return _initialized
+
+
+def init() -> None:
+    """Initialises the device now rather than on first use."""
+    _lazy_init()
+
+
+def _lazy_init() -> None:
+    global _initialized
+    if _initialized:
+        return
+    with _init_lock:
+        if _initialized:
+            return
+        _C._init()
+        # Calls queued before initialisation (e.g. manual_seed at import time) run now.
+        for call, origin in _queued_calls:
+            try:
+                call()
+            except Exception as e:
+                raise RuntimeError(
+                    f"a call queued before openreg was initialised failed: {e}\n"
+                    f"It was queued from:\n{''.join(origin)}"
+                ) from e
+        _queued_calls.clear()
+        _initialized = True
+
+
+def _lazy_call(call) -> None:
+    """Runs ``call`` now if initialised, else when initialisation happens."""
+    if _initialized:
+        call()
+    else:
+        _queued_calls.append((call, traceback.format_stack()))
+# ANCHOR_END: lazy_init
+
+
+from .random import *  # noqa: E402,F403
+from .random import __all__ as _random_all  # noqa: E402
+
+__all__ = [
+    "current_device",
+    "device",
+    "device_count",
+    "init",
+    "is_available",
+    "is_initialized",
+    "set_device",
+    "synchronize",
+    *_random_all,
+]

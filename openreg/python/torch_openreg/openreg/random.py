@@ -1,0 +1,93 @@
+"""Random number state of the OpenReg devices: one default generator per device."""
+
+import torch
+import torch_openreg._C as _C
+
+from . import _device_index, _lazy_call, _lazy_init, current_device, device_count
+
+__all__ = [
+    "get_rng_state",
+    "get_rng_state_all",
+    "initial_seed",
+    "manual_seed",
+    "manual_seed_all",
+    "seed",
+    "seed_all",
+    "set_rng_state",
+    "set_rng_state_all",
+]
+
+
+# ANCHOR: default_generator
+def _generator(device=None) -> torch.Generator:
+    """The default generator of ``device`` (the current device if None)."""
+    return _C._get_default_generator(_device_index(device, optional=True))
+# ANCHOR_END: default_generator
+
+
+def get_rng_state(device="openreg") -> torch.Tensor:
+    """The RNG state of ``device`` as a ByteTensor."""
+    _lazy_init()
+    return _generator(device).get_state()
+
+
+def set_rng_state(new_state: torch.Tensor, device="openreg") -> None:
+    """Sets the RNG state of ``device``."""
+    if not isinstance(new_state, torch.Tensor) or new_state.dtype != torch.uint8:
+        raise TypeError(
+            f"expected the RNG state as a torch.ByteTensor, got {type(new_state).__name__}"
+            + (f" of dtype {new_state.dtype}" if isinstance(new_state, torch.Tensor) else "")
+        )
+    state = new_state.clone(memory_format=torch.contiguous_format)
+    index = _device_index(device, optional=True)
+    _lazy_call(lambda: _generator(index).set_state(state))
+
+
+def get_rng_state_all() -> list[torch.Tensor]:
+    return [get_rng_state(i) for i in range(device_count())]
+
+
+def set_rng_state_all(new_states) -> None:
+    new_states = list(new_states)
+    if len(new_states) != device_count():
+        raise ValueError(f"expected {device_count()} RNG states, one per device, got {len(new_states)}")
+    for i, state in enumerate(new_states):
+        set_rng_state(state, i)
+
+
+# ANCHOR: manual_seed
+def manual_seed(seed: int) -> None:
+    """Seeds the current device's generator."""
+    seed = int(seed)
+    index = current_device()
+    _lazy_call(lambda: _generator(index).manual_seed(seed))
+# ANCHOR_END: manual_seed
+
+
+def manual_seed_all(seed: int) -> None:
+    """Seeds every device's generator (``torch.manual_seed`` calls this)."""
+    seed = int(seed)
+    _lazy_call(lambda: [_generator(i).manual_seed(seed) for i in range(device_count())])
+
+
+def seed() -> None:
+    """Seeds the current device's generator with a non-deterministic random number."""
+    index = current_device()
+    _lazy_call(lambda: _generator(index).seed())
+
+
+def seed_all() -> None:
+    """Seeds every device's generator with one non-deterministic random number."""
+
+    def reseed():
+        value = _generator(0).seed()
+        for i in range(1, device_count()):
+            _generator(i).manual_seed(value)
+
+    _lazy_call(reseed)
+
+
+def initial_seed() -> int:
+    """The seed the current device's generator was last seeded with."""
+    _lazy_init()
+    return _generator().initial_seed()

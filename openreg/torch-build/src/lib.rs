@@ -1,0 +1,95 @@
+//! Finds torch through the Python interpreter the extension is built for, and configures a
+//! C++ build against it. Used from build scripts only.
+//!
+//! The interpreter is `PYO3_PYTHON` (the one pyo3 builds for), else `python3` on `PATH`.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+// ANCHOR: torch
+/// What a C++ build needs to know about the installed torch.
+#[derive(Debug, Clone)]
+pub struct Torch {
+    /// `torch.__version__`, e.g. `2.15.0+cu132`.
+    pub version: String,
+    /// `torch._C._GLIBCXX_USE_CXX11_ABI`: must match ours or symbols differ at import.
+    pub cxx11_abi: bool,
+    /// `torch.utils.cpp_extension.include_paths()`.
+    pub include_dirs: Vec<PathBuf>,
+    /// The directory holding `libc10.so`, `libtorch_cpu.so`, ...
+    pub lib_dir: PathBuf,
+}
+
+const PROBE: &str = r#"
+import os, torch
+from torch.utils.cpp_extension import include_paths
+print("version", torch.__version__)
+print("abi", int(torch._C._GLIBCXX_USE_CXX11_ABI))
+print("lib", os.path.join(os.path.dirname(torch.__file__), "lib"))
+for p in include_paths():
+    print("include", p)
+"#;
+// ANCHOR_END: torch
+
+impl Torch {
+    /// Asks the Python interpreter about its torch. Panics with a readable message if there is
+    /// none: this runs in a build script, where a panic is how errors are reported.
+    pub fn probe() -> Torch {
+        println!("cargo:rerun-if-env-changed=PYO3_PYTHON");
+        let python = std::env::var("PYO3_PYTHON").unwrap_or_else(|_| "python3".into());
+        let out = Command::new(&python)
+            .args(["-c", PROBE])
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run {python}: {e}"));
+        if !out.status.success() {
+            panic!(
+                "{python} cannot import torch (set PYO3_PYTHON to the venv's python, \
+                 or run `make build`):\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        let mut torch = Torch {
+            version: String::new(),
+            cxx11_abi: true,
+            include_dirs: Vec::new(),
+            lib_dir: PathBuf::new(),
+        };
+        for line in String::from_utf8_lossy(&out.stdout).lines() {
+            match line.split_once(' ') {
+                Some(("version", v)) => torch.version = v.to_string(),
+                Some(("abi", v)) => torch.cxx11_abi = v == "1",
+                Some(("lib", v)) => torch.lib_dir = v.into(),
+                Some(("include", v)) => torch.include_dirs.push(v.into()),
+                _ => {}
+            }
+        }
+        torch
+    }
+
+    // ANCHOR: configure
+    /// Flags every C++ file that includes torch headers needs.
+    pub fn configure(&self, build: &mut cc::Build) {
+        build
+            .cpp(true)
+            .std("c++20")
+            .includes(&self.include_dirs)
+            .define("_GLIBCXX_USE_CXX11_ABI", if self.cxx11_abi { "1" } else { "0" })
+            // Torch's headers are noisy under -Wall; our own code is small enough to review.
+            .flag_if_supported("-Wno-unused-parameter")
+            .flag_if_supported("-Wno-missing-field-initializers")
+            .flag_if_supported("-Wno-deprecated-declarations");
+    }
+
+    /// Links the two torch libraries the glue uses.
+    pub fn link(&self) {
+        println!("cargo:rustc-link-search=native={}", self.lib_dir.display());
+        println!("cargo:rustc-link-lib=dylib=c10");
+        println!("cargo:rustc-link-lib=dylib=torch_cpu");
+    }
+    // ANCHOR_END: configure
+
+    /// The `major.minor.patch` part of the version, which the Python package checks at import.
+    pub fn release(&self) -> &str {
+        self.version.split('+').next().unwrap_or(&self.version)
+    }
+}

@@ -1,0 +1,34 @@
+// ANCHOR: build
+//! Compiles the C++ glue against the installed torch and links it.
+
+fn main() {
+    let torch = torch_build::Torch::probe();
+
+    // One translation unit per PyTorch interface: an edit recompiles only that file, and the
+    // heavy headers (torch/library.h, ATen ops) are parsed only where they are needed.
+    let sources = [
+        "csrc/Errors.cpp",
+        "csrc/DeviceAllocator.cpp",
+        "csrc/HostAllocator.cpp",
+        "csrc/Guard.cpp",
+        "csrc/Generator.cpp",
+        "csrc/Hooks.cpp",
+        "csrc/Minimal.cpp",
+        "csrc/Fallback.cpp",
+        "csrc/Register.cpp",
+    ];
+    let mut build = cxx_build::bridge("src/ffi.rs");
+    torch.configure(&mut build);
+    build.files(sources).include("csrc").compile("openreg_torch_glue");
+    torch.link();
+
+    for file in sources.iter().chain(&["csrc/OpenReg.h", "csrc/Generator.h", "csrc/Register.h"]) {
+        println!("cargo:rerun-if-changed={file}");
+    }
+    // Handed to the Python crate's build script (DEP_OPENREG_TORCH_*), and to the Rust code.
+    println!("cargo:lib_dir={}", torch.lib_dir.display());
+    println!("cargo:rustc-env=OPENREG_TORCH_VERSION={}", torch.release());
+    // Our own test binaries load libtorch too.
+    println!("cargo:rustc-link-arg=-Wl,-rpath,{}", torch.lib_dir.display());
+}
+// ANCHOR_END: build

@@ -1,0 +1,48 @@
+#pragma once
+// Shared by the glue's translation units: the Rust functions (ffi.rs.h) and the pieces each
+// file provides to the others.
+
+#include <c10/core/Allocator.h>
+#include <c10/core/CachingDeviceAllocator.h>
+#include <c10/core/Storage.h>
+
+#include "openreg-torch/src/ffi.rs.h"
+#include "rust/cxx.h"
+
+namespace openreg {
+
+constexpr auto kOpenReg = c10::DeviceType::PrivateUse1;
+
+// ANCHOR: call
+// Throws the c10 exception matching a failed Rust call: c10::OutOfMemoryError,
+// c10::ValueError or c10::AcceleratorError, which Python sees as torch.OutOfMemoryError,
+// ValueError and torch.AcceleratorError (a RuntimeError).
+[[noreturn]] void throw_error(const rust::Error& error);
+
+// Calls into Rust, turning its error into the matching c10 (and so Python) exception.
+template <typename F>
+decltype(auto) call(F&& f) {
+  try {
+    return f();
+  } catch (const rust::Error& error) {
+    throw_error(error);
+  }
+}
+// ANCHOR_END: call
+
+inline size_t addr(const void* ptr) {
+  return reinterpret_cast<size_t>(ptr);
+}
+
+// DeviceAllocator.cpp
+c10::DeviceAllocator* device_allocator();
+void resize_storage_bytes(const c10::Storage& storage, size_t nbytes);
+// HostAllocator.cpp
+c10::Allocator* host_allocator();
+// Guard.cpp, Hooks.cpp, Minimal.cpp, Fallback.cpp
+void register_guard();
+void register_hooks();
+void register_minimal_ops();
+void register_fallback();
+
+} // namespace openreg

@@ -1,0 +1,20 @@
+#include "Register.h"
+
+#include "OpenReg.h"
+
+namespace openreg {
+
+// ANCHOR: register_backend
+// Called once from the Python module's init. Registering explicitly (instead of with static
+// registrars such as TORCH_LIBRARY_IMPL) means a linker cannot drop a registration, and a
+// failure becomes a Python exception at import. Each step is idempotent.
+void register_backend() {
+  c10::SetAllocator(kOpenReg, device_allocator());
+  register_guard();
+  register_hooks();
+  register_minimal_ops();
+  register_fallback();
+}
+// ANCHOR_END: register_backend
+
+} // namespace openreg

@@ -1,0 +1,116 @@
+//! The cxx bridge between the C++ glue and Rust, and nothing else: editing this file re-runs
+//! the build script, which recompiles every C++ file.
+
+use crate::allocator::{
+    device_free, device_malloc, device_memory_info, device_stats, reset_accumulated_stats,
+    reset_peak_stats,
+};
+use crate::copy::{copy_bytes, host_view};
+use crate::device::{
+    check_device, current_device, device_count, exchange_device, set_device, synchronize_device,
+};
+use crate::error::last_error_kind;
+use crate::host_allocator::{host_free, host_malloc, is_pinned, pointer_device};
+use crate::stream::{
+    Event, current_stream, event_block, event_create, event_device, event_elapsed_time,
+    event_query, event_record, event_synchronize, exchange_stream, new_stream, query_stream,
+    stream_from_pool, stream_handle, stream_priority, synchronize_stream,
+};
+
+// ANCHOR: bridge
+#[cxx::bridge(namespace = "openreg")]
+pub(crate) mod ffi {
+    /// Which Python exception a failed call becomes (set by Rust, read by C++).
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    enum ErrorKind {
+        Runtime,
+        Value,
+        OutOfMemory,
+    }
+
+    /// One statistic as PyTorch reports it: current, peak, and the cumulative ins and outs.
+    #[derive(Debug, Clone, Copy, Default)]
+    struct Stat {
+        current: i64,
+        peak: i64,
+        allocated: i64,
+        freed: i64,
+    }
+
+    /// `[all, small_pool, large_pool]` for each statistic, like `c10::StatArray`.
+    #[derive(Debug, Clone, Copy, Default)]
+    struct DeviceStats {
+        allocation: [Stat; 3],
+        segment: [Stat; 3],
+        allocated_bytes: [Stat; 3],
+        reserved_bytes: [Stat; 3],
+        requested_bytes: [Stat; 3],
+        num_ooms: i64,
+        num_device_alloc: i64,
+        num_device_free: i64,
+    }
+
+    struct MemoryInfo {
+        free: usize,
+        total: usize,
+    }
+
+    extern "Rust" {
+        fn last_error_kind() -> ErrorKind;
+
+        // Devices.
+        fn device_count() -> i8;
+        fn check_device(index: i64) -> Result<i8>;
+        fn current_device() -> i8;
+        fn set_device(index: i64) -> Result<()>;
+        fn exchange_device(index: i64) -> Result<i8>;
+        fn synchronize_device(index: i64) -> Result<()>;
+
+        // Device memory, with the statistics PyTorch reports.
+        fn device_malloc(device: i64, size: usize) -> Result<usize>;
+        fn device_free(ptr: usize);
+        fn device_stats(device: i64) -> Result<DeviceStats>;
+        fn reset_peak_stats(device: i64) -> Result<()>;
+        fn reset_accumulated_stats(device: i64) -> Result<()>;
+        fn device_memory_info(device: i64) -> Result<MemoryInfo>;
+
+        // Pinned host memory and pointer queries.
+        fn host_malloc(size: usize) -> Result<usize>;
+        fn host_free(ptr: usize);
+        fn is_pinned(ptr: usize) -> bool;
+        fn pointer_device(ptr: usize) -> i8;
+
+        // Copies, and the runtime's view of device memory.
+        fn copy_bytes(dst: usize, src: usize, len: usize) -> Result<()>;
+        fn host_view(ptr: usize, len: usize) -> Result<usize>;
+
+        // Streams, named by (device, id) as in c10::Stream.
+        fn current_stream(device: i64) -> Result<i64>;
+        fn exchange_stream(device: i64, id: i64) -> Result<i64>;
+        fn new_stream(device: i64, priority: i32) -> Result<i64>;
+        fn stream_from_pool(device: i64, high_priority: bool) -> Result<i64>;
+        fn stream_handle(device: i64, id: i64) -> Result<usize>;
+        fn stream_priority(device: i64, id: i64) -> Result<i32>;
+        fn query_stream(device: i64, id: i64) -> Result<bool>;
+        fn synchronize_stream(device: i64, id: i64) -> Result<()>;
+
+        // Events; C++ keeps them as the `void*` PyTorch hands around.
+        type Event;
+        fn event_create(timing: bool) -> Box<Event>;
+        fn event_record(event: &Event, device: i64, stream: i64) -> Result<()>;
+        fn event_block(event: &Event, device: i64, stream: i64) -> Result<()>;
+        fn event_query(event: &Event) -> bool;
+        fn event_synchronize(event: &Event);
+        fn event_device(event: &Event) -> i8;
+        fn event_elapsed_time(start: &Event, end: &Event) -> Result<f64>;
+    }
+
+    unsafe extern "C++" {
+        include!("Register.h");
+        /// Registers allocator, guard, hooks, operators and fallback with PyTorch. Idempotent.
+        fn register_backend() -> Result<()>;
+        /// `at::globalContext().lazyInitDevice(PrivateUse1)`: calls the hooks' `init` once.
+        fn lazy_init_device() -> Result<()>;
+    }
+}
+// ANCHOR_END: bridge

@@ -1,0 +1,27 @@
+//! PyTorch integration of the OpenReg runtime.
+//!
+//! PyTorch's device interfaces are C++ classes, which Rust cannot subclass, so each one is a
+//! short C++ class in `csrc/` whose methods forward to the Rust functions in this crate through
+//! the cxx bridge in [`ffi`](crate::ffi). The Python module (`openreg/python`) calls
+//! [`register`] once at import.
+
+mod allocator;
+mod copy;
+mod device;
+pub mod error;
+mod ffi;
+mod host_allocator;
+mod stream;
+
+/// The torch release the C++ glue was compiled against; the Python package checks it at import.
+pub const TORCH_VERSION: &str = env!("OPENREG_TORCH_VERSION");
+
+/// Registers the backend with PyTorch (idempotent). The error is the C++ exception's message.
+pub fn register() -> Result<(), String> {
+    ffi::ffi::register_backend().map_err(|e| e.what().to_string())
+}
+
+/// Runs PyTorch's lazy device initialisation for PrivateUse1 (the hooks' `init`).
+pub fn lazy_init() -> Result<(), String> {
+    ffi::ffi::lazy_init_device().map_err(|e| e.what().to_string())
+}
