@@ -56,7 +56,8 @@ fn streams_have_ids_priorities_and_a_current_one_per_thread() {
 
 #[test]
 fn a_panicking_kernel_is_reported_by_synchronize() {
-    let s = new_stream(0, 0).unwrap();
+    // Device 1: a device-wide synchronize elsewhere would report (and clear) this error.
+    let s = new_stream(1, 0).unwrap();
     s.launch(|| panic!("kernel exploded")).unwrap();
     let ran = Arc::new(AtomicUsize::new(0));
     let r = ran.clone();

@@ -10,8 +10,13 @@ const Event& as_event(void* event) {
   return *static_cast<const Event*>(event);
 }
 
+// `torch.Stream(device="openreg")` passes a device without an index: the current device.
+c10::Device with_index(c10::Device device) {
+  return device.has_index() ? device : c10::Device(kOpenReg, current_device());
+}
+
 c10::Stream make_stream(c10::Device device, int64_t id) {
-  return c10::Stream(c10::Stream::UNSAFE, device, id);
+  return c10::Stream(c10::Stream::UNSAFE, with_index(device), id);
 }
 
 // ANCHOR: guard
@@ -50,19 +55,23 @@ class OpenRegGuardImpl final : public c10::impl::DeviceGuardImplInterface {
 
   // Streams: (device, id) pairs; the runtime owns the stream objects.
   c10::Stream getStream(c10::Device device) const override {
+    device = with_index(device);
     return make_stream(device, call([&] { return current_stream(device.index()); }));
   }
 
   c10::Stream getDefaultStream(c10::Device device) const override {
+    device = with_index(device);
     call([&] { return check_device(device.index()); });
     return make_stream(device, 0);
   }
 
   c10::Stream getStreamFromGlobalPool(c10::Device device, bool isHighPriority) const override {
+    device = with_index(device);
     return make_stream(device, call([&] { return stream_from_pool(device.index(), isHighPriority); }));
   }
 
   c10::Stream getNewStream(c10::Device device, int priority) const override {
+    device = with_index(device);
     return make_stream(device, call([&] { return new_stream(device.index(), priority); }));
   }
 
@@ -96,8 +105,9 @@ class OpenRegGuardImpl final : public c10::impl::DeviceGuardImplInterface {
   void record(void** event, const c10::Stream& stream, const c10::DeviceIndex device_index,
               const c10::EventFlag flag) const override {
     TORCH_CHECK(device_index == -1 || device_index == stream.device_index(),
-                "event device index ", device_index,
-                " does not match the recording stream's device index ", stream.device_index());
+                "event device index ", static_cast<int>(device_index),
+                " does not match the recording stream's device index ",
+                static_cast<int>(stream.device_index()));
     if (*event == nullptr) {
       // BACKEND_DEFAULT is what torch.Event(enable_timing=True) asks for.
       *event = event_create(flag == c10::EventFlag::BACKEND_DEFAULT).into_raw();

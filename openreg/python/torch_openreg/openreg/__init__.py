@@ -1,7 +1,7 @@
 """``torch.openreg``: device management for OpenReg, shaped like ``torch.cuda``."""
 
+import os
 import threading
-import traceback
 
 import torch
 import torch_openreg._C as _C
@@ -74,11 +74,26 @@ class device:
 # ANCHOR: lazy_init
 _initialized = False
 _init_lock = threading.Lock()
-_queued_calls = []  # (callable, where it was queued) until initialisation
+_in_bad_fork = False
+
+
+def _after_fork_in_child() -> None:
+    # Stream worker threads and the runtime's state do not survive fork().
+    global _in_bad_fork
+    if _initialized:
+        _in_bad_fork = True
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _is_in_bad_fork() -> bool:
+    """True in a child forked after the device was initialised (torch.manual_seed asks)."""
+    return _in_bad_fork
 
 
 def is_initialized() -> bool:
-    return _initialized
+    return _initialized and not _in_bad_fork
 
 
 def init() -> None:
@@ -87,32 +102,19 @@ def init() -> None:
 
 
 def _lazy_init() -> None:
+    """PyTorch's one-time device initialisation (the hooks' ``init``). It is cheap here, so
+    the RNG functions run it at once instead of queueing calls as ``torch.cuda`` does."""
     global _initialized
+    if _in_bad_fork:
+        raise RuntimeError(
+            "cannot re-initialize OpenReg in a forked subprocess; use the 'spawn' start method"
+        )
     if _initialized:
         return
     with _init_lock:
-        if _initialized:
-            return
-        _C._init()
-        # Calls queued before initialisation (e.g. manual_seed at import time) run now.
-        for call, origin in _queued_calls:
-            try:
-                call()
-            except Exception as e:
-                raise RuntimeError(
-                    f"a call queued before openreg was initialised failed: {e}\n"
-                    f"It was queued from:\n{''.join(origin)}"
-                ) from e
-        _queued_calls.clear()
-        _initialized = True
-
-
-def _lazy_call(call) -> None:
-    """Runs ``call`` now if initialised, else when initialisation happens."""
-    if _initialized:
-        call()
-    else:
-        _queued_calls.append((call, traceback.format_stack()))
+        if not _initialized:
+            _C._init()
+            _initialized = True
 # ANCHOR_END: lazy_init
 
 

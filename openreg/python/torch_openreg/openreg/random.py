@@ -3,7 +3,7 @@
 import torch
 import torch_openreg._C as _C
 
-from . import _device_index, _lazy_call, _lazy_init, current_device, device_count
+from . import _device_index, _lazy_init, device_count
 
 __all__ = [
     "get_rng_state",
@@ -21,13 +21,13 @@ __all__ = [
 # ANCHOR: default_generator
 def _generator(device=None) -> torch.Generator:
     """The default generator of ``device`` (the current device if None)."""
+    _lazy_init()
     return _C._get_default_generator(_device_index(device, optional=True))
 # ANCHOR_END: default_generator
 
 
 def get_rng_state(device="openreg") -> torch.Tensor:
     """The RNG state of ``device`` as a ByteTensor."""
-    _lazy_init()
     return _generator(device).get_state()
 
 
@@ -38,9 +38,7 @@ def set_rng_state(new_state: torch.Tensor, device="openreg") -> None:
             f"expected the RNG state as a torch.ByteTensor, got {type(new_state).__name__}"
             + (f" of dtype {new_state.dtype}" if isinstance(new_state, torch.Tensor) else "")
         )
-    state = new_state.clone(memory_format=torch.contiguous_format)
-    index = _device_index(device, optional=True)
-    _lazy_call(lambda: _generator(index).set_state(state))
+    _generator(device).set_state(new_state.clone(memory_format=torch.contiguous_format))
 
 
 def get_rng_state_all() -> list[torch.Tensor]:
@@ -58,36 +56,28 @@ def set_rng_state_all(new_states) -> None:
 # ANCHOR: manual_seed
 def manual_seed(seed: int) -> None:
     """Seeds the current device's generator."""
-    seed = int(seed)
-    index = current_device()
-    _lazy_call(lambda: _generator(index).manual_seed(seed))
+    _generator().manual_seed(int(seed))
 # ANCHOR_END: manual_seed
 
 
 def manual_seed_all(seed: int) -> None:
     """Seeds every device's generator (``torch.manual_seed`` calls this)."""
-    seed = int(seed)
-    _lazy_call(lambda: [_generator(i).manual_seed(seed) for i in range(device_count())])
+    for i in range(device_count()):
+        _generator(i).manual_seed(int(seed))
 
 
 def seed() -> None:
     """Seeds the current device's generator with a non-deterministic random number."""
-    index = current_device()
-    _lazy_call(lambda: _generator(index).seed())
+    _generator().seed()
 
 
 def seed_all() -> None:
     """Seeds every device's generator with one non-deterministic random number."""
-
-    def reseed():
-        value = _generator(0).seed()
-        for i in range(1, device_count()):
-            _generator(i).manual_seed(value)
-
-    _lazy_call(reseed)
+    value = _generator(0).seed()
+    for i in range(1, device_count()):
+        _generator(i).manual_seed(value)
 
 
 def initial_seed() -> int:
     """The seed the current device's generator was last seeded with."""
-    _lazy_init()
     return _generator().initial_seed()

@@ -1,0 +1,64 @@
+# `make serve`: set up what is missing, build the backend, serve the book on :3000.
+# `make test`:  set up what is missing, build, run every test.
+# Both are idempotent: on a set-up machine the setup costs a second or two.
+
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+
+VENV   := .venv
+PY     := $(abspath $(VENV))/bin/python
+STAMP  := $(VENV)/.setup-$(shell cat requirements.txt | sha1sum | cut -c1-12)
+# ccache makes C++ rebuilds after a `cargo clean` or a header-neutral edit take seconds.
+CXX_CMD = $$(command -v ccache >/dev/null && echo "ccache c++" || echo c++)
+
+.PHONY: help setup build test test-rust test-python serve bench clean
+
+help:
+	@echo "make serve   set up, build the backend, serve the book on http://localhost:3000"
+	@echo "make test    set up, build, run every test"
+	@echo "make bench   run the benchmarks (numbers and ratios to CPU)"
+
+# ANCHOR: setup
+setup: $(STAMP)
+	@command -v ccache >/dev/null || { \
+	  echo "== installing ccache"; \
+	  (apt-get update -qq && apt-get install -y -qq ccache >/dev/null) \
+	  || echo "ccache unavailable: C++ rebuilds will be slower"; }
+
+$(STAMP): requirements.txt
+	@echo "== setting up $(VENV)"
+	test -x $(PY) || python3.11 -m venv $(VENV) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --disable-pip-version-check -r requirements.txt
+	rm -f $(VENV)/.setup-*
+	touch $@
+# ANCHOR_END: setup
+
+# ANCHOR: build
+# The first build installs torch_openreg into the venv (editable, with its torch.backends entry
+# point); later builds only rebuild the extension module in place.
+build: setup
+	@if $(PY) -c "import importlib.metadata as m; m.version('torch_openreg')" 2>/dev/null; \
+	then skip=--skip-install; else skip=; fi; \
+	VIRTUAL_ENV=$(abspath $(VENV)) CXX="$(CXX_CMD)" $(VENV)/bin/maturin develop --release $$skip \
+	  -m openreg/python/Cargo.toml 2>&1 \
+	  | grep -v -e "Requirement already satisfied" -e "patchelf"
+# ANCHOR_END: build
+
+test: build test-rust test-python
+
+test-rust:
+	CXX="$(CXX_CMD)" cargo test --release -p openreg-runtime -p openreg-torch
+
+test-python: build
+	$(PY) -m pytest -q openreg/python/tests
+
+serve: build
+	$(VENV)/bin/mdbook serve --port 3000 --hostname 127.0.0.1
+
+bench: build
+	$(PY) bench/bench.py
+
+clean:
+	cargo clean
+	rm -rf book

@@ -1,0 +1,74 @@
+"""Streams and events through the device guard (torch.Stream, torch.Event, torch.accelerator)."""
+
+import threading
+
+import pytest
+import torch
+
+
+def test_streams_and_current_stream():
+    default = torch.accelerator.current_stream(0)
+    assert default.stream_id == 0 and default.device == torch.device("openreg:0")
+    s = torch.Stream(device="openreg:1", priority=-1)
+    assert s.device == torch.device("openreg:1") and s.stream_id > 0
+    with s:
+        assert torch.accelerator.current_stream(1) == s
+        assert torch.accelerator.current_stream(0) == default
+    assert torch.accelerator.current_stream(1).stream_id == 0
+    assert s.query()
+    s.synchronize()
+
+
+def test_events_record_query_synchronize_and_time():
+    s = torch.Stream(device="openreg")
+    start = torch.Event(device="openreg", enable_timing=True)
+    end = torch.Event(device="openreg", enable_timing=True)
+    start.record(s)
+    torch.ones(1000, device="openreg").sum()
+    end.record(s)
+    end.synchronize()
+    assert start.query() and end.query()
+    assert start.elapsed_time(end) >= 0.0
+    s.wait_event(end)
+    torch.accelerator.current_stream().wait_stream(s)
+
+
+def test_unrecorded_event_queries_true_and_timing_needs_flag():
+    e = torch.Event(device="openreg")
+    assert e.query()
+    e.synchronize()
+    a, b = torch.Event(device="openreg"), torch.Event(device="openreg")
+    a.record()
+    b.record()
+    with pytest.raises(ValueError, match="enable_timing=True"):
+        a.elapsed_time(b)
+
+
+def test_event_on_another_device_stream():
+    e = torch.Event(device="openreg:0")
+    e.record(torch.Stream(device="openreg:0"))
+    with pytest.raises(RuntimeError, match="event device index 0 does not match the recording stream's device index 1"):
+        e.record(torch.Stream(device="openreg:1"))
+
+
+def test_threads_with_their_own_streams():
+    errors = []
+
+    def work(device):
+        try:
+            s = torch.Stream(device=f"openreg:{device}")
+            with s:
+                x = torch.arange(1000.0, device=f"openreg:{device}")
+                for _ in range(20):
+                    x = x + 1
+                assert x.cpu()[0].item() == 20.0
+            s.synchronize()
+        except Exception as e:  # noqa: BLE001
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(i % 2,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
