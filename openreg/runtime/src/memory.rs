@@ -9,8 +9,8 @@
 //!   after [`host_view`] translated and checked the device address.
 //!
 //! Nothing is ever re-protected, so there is no `mprotect` per operation and no window in which
-//! another thread could see the memory unprotected. Pages cost host memory only once touched,
-//! and `free` returns them.
+//! another thread could see the memory unprotected. Pages cost host memory once touched; freed
+//! ranges keep their pages for fast reuse until [`trim`] returns them to the host.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::CString;
@@ -184,29 +184,34 @@ impl Arena {
 
     fn free(&self, addr: usize) -> Result<()> {
         let offset = addr - self.base;
-        let len = {
-            let mut s = self.lock();
-            let len = s.live.remove(&offset).ok_or(Error::InvalidPointer {
-                addr,
-                len: 0,
-                expected: "the start of a live device allocation (was it freed already?)",
-            })?;
-            s.reserved -= len;
-            len
-        };
-        // Give the pages back to the host, outside the lock. If this fails the memory stays
-        // committed but the range is still correct to reuse.
-        // SAFETY: the range lies inside our memory file.
-        unsafe {
-            libc::fallocate(
-                self.fd,
-                libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
-                offset as libc::off_t,
-                len as libc::off_t,
-            );
-        }
-        self.lock().insert_free(offset, len);
+        let mut s = self.lock();
+        let len = s.live.remove(&offset).ok_or(Error::InvalidPointer {
+            addr,
+            len: 0,
+            expected: "the start of a live device allocation (was it freed already?)",
+        })?;
+        s.reserved -= len;
+        // The pages stay committed, like a real device's memory: reusing them costs no page
+        // faults. `trim` gives them back to the host.
+        s.insert_free(offset, len);
         Ok(())
+    }
+
+    /// Returns the pages of every free range to the host.
+    fn trim(&self) {
+        let s = self.lock();
+        for (&offset, &len) in &s.free_by_offset {
+            // SAFETY: the range lies inside our memory file and is not allocated (we hold the
+            // lock, so it cannot be handed out meanwhile). Failure only leaves pages committed.
+            unsafe {
+                libc::fallocate(
+                    self.fd,
+                    libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+                    offset as libc::off_t,
+                    len as libc::off_t,
+                );
+            }
+        }
     }
 
     /// The live allocation `(offset, len)` that contains `offset`.
@@ -261,6 +266,16 @@ pub fn free(ptr: *mut u8) -> Result<()> {
         expected: "a pointer returned by openreg's device malloc",
     })?;
     arena(device)?.free(ptr as usize)
+}
+
+/// Gives the host memory behind `device`'s free ranges back to the host (freed device memory
+/// otherwise stays committed for fast reuse).
+pub fn trim(device: i64) -> Result<()> {
+    let device = check_device(device)?;
+    if let Some(Ok(arena)) = ARENAS[device].get() {
+        arena.trim();
+    }
+    Ok(())
 }
 
 /// "Unprotects" `len` bytes of device memory at `ptr` for the runtime: checks that they lie in

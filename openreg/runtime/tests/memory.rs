@@ -124,3 +124,20 @@ fn many_threads_allocate_copy_and_free_at_once() {
         t.join().unwrap();
     }
 }
+
+#[test]
+fn trim_returns_freed_pages_to_the_host() {
+    // Device 1 is not used concurrently by another test in this binary with this size.
+    let len = 3 << 20;
+    let p = to_device(&vec![7u8; len], 1);
+    free(p).unwrap();
+    trim(1).unwrap();
+    // Pages that were given back read as zeros when reused.
+    let q = malloc(1, len).unwrap();
+    let back = to_host(q, len);
+    free(q).unwrap();
+    if q == p {
+        assert!(back.iter().all(|&b| b == 0));
+    }
+    assert!(trim(5).is_err());
+}

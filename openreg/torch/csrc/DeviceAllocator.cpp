@@ -40,8 +40,10 @@ class OpenRegDeviceAllocator final : public c10::DeviceAllocator {
     return true;
   }
 
-  // Nothing is cached: every free goes straight back to the runtime.
-  void emptyCache(c10::MempoolId_t /*mempool_id*/) override {}
+  // Nothing is cached here; the runtime returns the pages of freed device memory to the host.
+  void emptyCache(c10::MempoolId_t /*mempool_id*/) override {
+    empty_cache();
+  }
 
   // Without a cache, freed memory is not handed out again by us, so there is nothing to defer.
   void recordStream(const c10::DataPtr& /*ptr*/, c10::Stream /*stream*/) override {}

@@ -2,8 +2,8 @@
 //! the build script, which recompiles every C++ file.
 
 use crate::allocator::{
-    device_free, device_malloc, device_memory_info, device_stats, reset_accumulated_stats,
-    reset_peak_stats,
+    device_free, device_malloc, device_memory_info, device_stats, empty_cache,
+    reset_accumulated_stats, reset_peak_stats,
 };
 use crate::copy::{copy_bytes, host_view};
 use crate::device::{
@@ -73,6 +73,7 @@ pub(crate) mod ffi {
         fn reset_peak_stats(device: i64) -> Result<()>;
         fn reset_accumulated_stats(device: i64) -> Result<()>;
         fn device_memory_info(device: i64) -> Result<MemoryInfo>;
+        fn empty_cache();
 
         // Pinned host memory and pointer queries.
         fn host_malloc(size: usize) -> Result<usize>;

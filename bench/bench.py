@@ -1,0 +1,79 @@
+"""Backend benchmarks: numbers, and ratios to CPU measured in the same run.
+
+Run with `make bench`. Timings are medians of repeats; the machine is shared, so compare the
+ratios, not the absolute numbers, between runs.
+"""
+
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+import torch
+
+
+def median_time(fn, repeats=15, warmup=3):
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def import_time(repeats=7):
+    """Seconds for `import torch_openreg` after `import torch`, in fresh interpreters."""
+    code = (
+        "import time, torch\n"
+        "t = time.perf_counter()\n"
+        "import torch_openreg\n"
+        "print(time.perf_counter() - t)\n"
+    )
+    env = {**os.environ, "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}  # else torch imports it first
+    samples = [
+        float(subprocess.run([sys.executable, "-c", code], env=env, check=True,
+                             capture_output=True, text=True).stdout)
+        for _ in range(repeats)
+    ]
+    return statistics.median(samples)
+
+
+def main():
+    rows = []
+    t = import_time()
+    rows.append(("import torch_openreg (after torch)", f"{t * 1e3:.1f} ms", "target < 20 ms"))
+
+    nbytes = 64 << 20
+    host = torch.randn(nbytes // 4)
+    dev = host.to("openreg")
+    gbps = lambda seconds: nbytes / seconds / 1e9  # noqa: E731
+    clone = median_time(lambda: host.clone())
+    h2d = median_time(lambda: host.to("openreg"))
+    d2h = median_time(lambda: dev.cpu())
+    d2d = median_time(lambda: dev.clone())
+    rows.append(("CPU clone() 64 MiB f32", f"{gbps(clone):.2f} GB/s", "reference"))
+    for name, seconds in [(".to('openreg') 64 MiB", h2d), (".cpu() 64 MiB", d2h),
+                          ("device clone() 64 MiB", d2d)]:
+        rows.append((name, f"{gbps(seconds):.2f} GB/s",
+                     f"{clone / seconds:.2f}x of CPU clone (target >= 0.80x)"
+                     if "clone" not in name else f"{clone / seconds:.2f}x of CPU clone"))
+
+    small = torch.randn(3, 3)
+    small_dev = small.to("openreg")
+    cpu_add = median_time(lambda: small + small, repeats=2000, warmup=200)
+    dev_add = median_time(lambda: small_dev + small_dev, repeats=2000, warmup=200)
+    rows.append(("x + x 3x3, CPU", f"{cpu_add * 1e6:.1f} us", "reference"))
+    rows.append(("x + x 3x3, openreg (CPU fallback)", f"{dev_add * 1e6:.1f} us",
+                 f"{dev_add / cpu_add:.1f}x CPU time"))
+
+    width = max(len(r[0]) for r in rows)
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
+    for name, value, note in rows:
+        print(f"{name:<{width}}  {value:>12}  {note}")
+
+
+if __name__ == "__main__":
+    main()
