@@ -163,3 +163,52 @@ pub(crate) fn empty_cache() {
         let _ = rt::trim(device as i64);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::ErrorKind;
+
+    #[test]
+    fn statistics_follow_allocations() {
+        let before = device_stats(1).unwrap();
+        let small = device_malloc(1, 1000).unwrap();
+        let large = device_malloc(1, 3 << 20).unwrap();
+        let s = device_stats(1).unwrap();
+        let delta = |a: &[Stat; 3], b: &[Stat; 3], i: usize| a[i].current - b[i].current;
+        assert_eq!(delta(&s.allocated_bytes, &before.allocated_bytes, 0), 4096 + (3 << 20));
+        assert_eq!(delta(&s.allocated_bytes, &before.allocated_bytes, 1), 4096, "small pool");
+        assert_eq!(delta(&s.allocated_bytes, &before.allocated_bytes, 2), 3 << 20, "large pool");
+        assert_eq!(delta(&s.requested_bytes, &before.requested_bytes, 0), 1000 + (3 << 20));
+        assert_eq!(delta(&s.allocation, &before.allocation, 0), 2);
+        assert_eq!(s.reserved_bytes[0].current, s.allocated_bytes[0].current);
+        assert!(s.allocated_bytes[0].peak >= s.allocated_bytes[0].current);
+
+        device_free(large);
+        device_free(small);
+        let after = device_stats(1).unwrap();
+        assert_eq!(after.allocated_bytes[0].current, before.allocated_bytes[0].current);
+        assert_eq!(after.num_device_free - before.num_device_free, 2);
+        assert!(after.allocated_bytes[0].peak >= before.allocated_bytes[0].current + (3 << 20));
+        reset_peak_stats(1).unwrap();
+        let reset = device_stats(1).unwrap();
+        assert_eq!(reset.allocated_bytes[0].peak, reset.allocated_bytes[0].current);
+        reset_accumulated_stats(1).unwrap();
+        assert_eq!(device_stats(1).unwrap().allocated_bytes[0].allocated, 0);
+    }
+
+    #[test]
+    fn out_of_memory_is_counted_and_bad_frees_do_not_panic() {
+        let ooms = device_stats(0).unwrap().num_ooms;
+        assert!(device_malloc(0, 1 << 40).is_err());
+        assert_eq!(last_kind(), ErrorKind::OutOfMemory);
+        assert_eq!(device_stats(0).unwrap().num_ooms, ooms + 1);
+        device_free(0x1234); // reported on stderr, nothing else
+        assert!(device_malloc(9, 8).is_err());
+        assert_eq!(last_kind(), ErrorKind::Runtime);
+    }
+
+    fn last_kind() -> ErrorKind {
+        crate::error::last_error_kind()
+    }
+}

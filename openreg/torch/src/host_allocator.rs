@@ -1,5 +1,7 @@
 //! Pinned host memory for `pin_memory()`, and pointer queries for the hooks.
 
+use std::io::Write;
+
 use openreg_runtime as rt;
 
 use crate::error::Result;
@@ -11,7 +13,7 @@ pub(crate) fn host_malloc(size: usize) -> Result<usize> {
 /// Called from a C++ deleter, which cannot fail: errors are reported, not raised.
 pub(crate) fn host_free(ptr: usize) {
     if let Err(e) = rt::host_free(ptr as *mut u8) {
-        eprintln!("openreg: host_free: {e}");
+        let _ = writeln!(std::io::stderr(), "openreg: freeing pinned memory: {e}");
     }
 }
 
