@@ -12,12 +12,13 @@ STAMP  := $(VENV)/.setup-$(shell cat requirements.txt | sha1sum | cut -c1-12)
 # ccache makes C++ rebuilds after a `cargo clean` or a header-neutral edit take seconds.
 CXX_CMD = $$(command -v ccache >/dev/null && echo "ccache c++" || echo c++)
 
-.PHONY: help setup build test test-rust test-python serve bench clean
+.PHONY: help setup build test test-rust test-python serve bench bench-build clean
 
 help:
 	@echo "make serve   set up, build the backend, serve the book on http://localhost:3000"
 	@echo "make test    set up, build, run every test"
 	@echo "make bench   run the benchmarks (numbers and ratios to CPU)"
+	@echo "make bench-build   time a clean build and a one-file C++ rebuild"
 
 # ANCHOR: setup
 setup: $(STAMP)
@@ -58,6 +59,9 @@ serve: build
 
 bench: build
 	$(PY) bench/bench.py
+
+bench-build: build
+	$(PY) bench/build_times.py
 
 clean:
 	cargo clean
