@@ -12,20 +12,26 @@ STAMP  := $(VENV)/.setup-$(shell cat requirements.txt | sha1sum | cut -c1-12)
 # ccache makes C++ rebuilds after a `cargo clean` or a header-neutral edit take seconds.
 CXX_CMD = $$(command -v ccache >/dev/null && echo "ccache c++" || echo c++)
 
-.PHONY: help setup build test test-rust test-python serve bench bench-build clean
+.PHONY: help setup build book book-outputs test test-rust test-python test-book serve bench bench-build clean
 
 help:
 	@echo "make serve   set up, build the backend, serve the book on http://localhost:3000"
 	@echo "make test    set up, build, run every test"
 	@echo "make bench   run the benchmarks (numbers and ratios to CPU)"
 	@echo "make bench-build   time a clean build and a one-file C++ rebuild"
+	@echo "make book-outputs  regenerate the terminal output shown in the book"
 
 # ANCHOR: setup
 setup: $(STAMP)
-	@command -v ccache >/dev/null || { \
-	  echo "== installing ccache"; \
-	  (apt-get update -qq && apt-get install -y -qq ccache >/dev/null) \
-	  || echo "ccache unavailable: C++ rebuilds will be slower"; }
+	@missing=""; \
+	command -v ccache >/dev/null || missing="$$missing ccache"; \
+	command -v chromium >/dev/null || missing="$$missing chromium"; \
+	if [ -n "$$missing" ]; then \
+	  echo "== installing$$missing (apt)"; \
+	  apt-get update -qq && apt-get install -y -qq $$missing >/dev/null; fi
+	@command -v mdbook-linkcheck2 >/dev/null || { \
+	  echo "== installing mdbook-linkcheck2 (cargo, a few minutes once)"; \
+	  cargo install --locked --quiet mdbook-linkcheck2 --version 0.13.0; }
 
 $(STAMP): requirements.txt
 	@echo "== setting up $(VENV)"
@@ -46,7 +52,7 @@ build: setup
 	  | grep -v -e "Requirement already satisfied" -e "patchelf"
 # ANCHOR_END: build
 
-test: build test-rust test-python
+test: build test-rust test-python test-book
 
 test-rust:
 	CXX="$(CXX_CMD)" cargo test --release -p openreg-runtime -p openreg-torch
@@ -54,7 +60,26 @@ test-rust:
 test-python: build
 	$(PY) -m pytest -q openreg/python/tests
 
-serve: build
+# ANCHOR: book
+# The book: build it (html, rendered markdown, linkcheck2), then check it. Rust blocks run
+# as doctests of book-tests over the rendered chapters and under `mdbook test`; Python
+# blocks, links, fragments, generated output and the browser are checked by pytest.
+book: setup
+	$(VENV)/bin/mdbook build
+
+book-outputs: build
+	$(PY) book-tests/generate.py
+
+test-book: build book
+	CXX="$(CXX_CMD)" cargo test --release -p book-tests
+	@mkdir -p target/book-deps && rm -f target/book-deps/*.rlib
+	cargo build --release -p openreg-runtime --message-format=json 2>/dev/null \
+	  | $(PY) book-tests/rlibs.py target/book-deps
+	$(VENV)/bin/mdbook test -L target/book-deps
+	$(PY) -m pytest -q book-tests/python
+# ANCHOR_END: book
+
+serve: build book
 	$(VENV)/bin/mdbook serve --port 3000 --hostname 127.0.0.1
 
 bench: build

@@ -1,0 +1,68 @@
+"""Produces the terminal output shown in the book (src/generated/*.txt) by running the real
+commands, and records a fingerprint of each output's inputs in src/generated/fingerprints.json.
+`test_generated.py` fails when an input has changed since: run `make book-outputs` then.
+
+Usage: python book-tests/generate.py [NAME ...]   (default: all)
+"""
+
+import hashlib
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+OUT = ROOT / "src" / "generated"
+PY = sys.executable
+
+
+def built_module() -> Path:
+    return next((ROOT / "openreg/python/torch_openreg").glob("_C*.so"))
+
+
+def runpath() -> str:
+    text = subprocess.run(["readelf", "-d", str(built_module())], check=True,
+                          capture_output=True, text=True).stdout
+    lines = [" ".join(l.split()[1:]) for l in text.splitlines() if "RUNPATH" in l or "NEEDED" in l]
+    return "\n".join(lines).replace(str(ROOT), "<repo>") + "\n"
+
+
+def build_times() -> str:
+    return subprocess.run([PY, str(ROOT / "bench/build_times.py")], check=True, cwd=ROOT,
+                          capture_output=True, text=True).stdout
+
+
+# ANCHOR: outputs
+# name -> (producer, the files whose change makes the shown output stale)
+OUTPUTS = {
+    "runpath": (runpath, ["openreg/python/build.rs", "openreg/torch/build.rs",
+                          "openreg/torch-build/src/lib.rs", "book-tests/generate.py"]),
+    "build-times": (build_times, ["bench/build_times.py", "openreg/torch/build.rs",
+                                  "openreg/torch-build/src/lib.rs", "Cargo.toml",
+                                  ".cargo/config.toml", "book-tests/generate.py"]),
+}
+# ANCHOR_END: outputs
+
+
+def fingerprint(inputs) -> str:
+    digest = hashlib.sha256()
+    for name in inputs:
+        digest.update(name.encode())
+        digest.update((ROOT / name).read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def main(names):
+    OUT.mkdir(parents=True, exist_ok=True)
+    prints_file = OUT / "fingerprints.json"
+    prints = json.loads(prints_file.read_text()) if prints_file.exists() else {}
+    for name in names or OUTPUTS:
+        produce, inputs = OUTPUTS[name]
+        (OUT / f"{name}.txt").write_text(produce())
+        prints[name] = fingerprint(inputs)
+        print(f"wrote src/generated/{name}.txt")
+    prints_file.write_text(json.dumps(prints, indent=2, sort_keys=True) + "\n")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
