@@ -25,7 +25,7 @@ help:
 setup: $(STAMP)
 	@missing=""; \
 	command -v ccache >/dev/null || missing="$$missing ccache"; \
-	command -v chromium >/dev/null || missing="$$missing chromium"; \
+	command -v $${OPENREG_CHROMIUM:-chromium} >/dev/null || missing="$$missing chromium"; \
 	if [ -n "$$missing" ]; then \
 	  echo "== installing$$missing (apt)"; \
 	  apt-get update -qq && apt-get install -y -qq $$missing >/dev/null; fi

@@ -3,6 +3,7 @@ errors, code is highlighted, diagrams render, and search finds "PrivateUse1". A 
 of one chapter is saved to book/screenshots/ as a test artifact."""
 
 import functools
+import os
 import http.server
 import shutil
 import threading
@@ -12,7 +13,7 @@ import pytest
 from conftest import ROOT
 
 HTML = ROOT / "book" / "html"
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+CHROMIUM = os.environ.get("OPENREG_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
 CHAPTERS = ["introduction", "architecture", "device", "hooks", "autoload"]
 # Flags for a sandboxed, offline machine running as root.
 FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",

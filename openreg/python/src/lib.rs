@@ -1,4 +1,5 @@
 //! `torch_openreg._C`: the functions the Python package needs from Rust.
+#![allow(non_snake_case)] // the module must be called `_C`
 //!
 //! Importing it registers the backend with PyTorch (allocator, guard, hooks, operators,
 //! fallback). Device management goes straight to the runtime; everything PyTorch-shaped went

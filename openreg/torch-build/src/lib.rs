@@ -37,8 +37,10 @@ impl Torch {
     pub fn probe() -> Torch {
         println!("cargo:rerun-if-env-changed=PYO3_PYTHON");
         let python = std::env::var("PYO3_PYTHON").unwrap_or_else(|_| "python3".into());
+        // -P keeps the current directory off sys.path; backends need not load to ask torch.
         let out = Command::new(&python)
-            .args(["-c", PROBE])
+            .args(["-P", "-c", PROBE])
+            .env("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
             .output()
             .unwrap_or_else(|e| panic!("cannot run {python}: {e}"));
         if !out.status.success() {

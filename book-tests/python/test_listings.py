@@ -1,0 +1,60 @@
+"""Each chapter crate in listings/ is copied into an empty directory, built there on its own,
+installed into a scratch environment, and passes its own tests: "copy it and start your own
+backend" is proven, not promised."""
+
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT
+
+STAGES = sorted(p.name for p in (ROOT / "listings").iterdir() if (p / "Cargo.toml").exists())
+VENV = ROOT / ".venv"
+
+
+def test_the_book_has_its_chapter_crates():
+    assert STAGES == ["autoload", "device", "hooks"]
+
+
+# ANCHOR: copy_out
+@pytest.mark.parametrize("stage", STAGES)
+def test_chapter_crate_builds_and_passes_its_tests_when_copied_out(stage, tmp_path):
+    crate = tmp_path / stage
+    # copy, not copy2: fresh modification times, so cargo rebuilds the crate from the copy.
+    shutil.copytree(ROOT / "listings" / stage, crate, copy_function=shutil.copy,
+                    ignore=shutil.ignore_patterns("target", "__pycache__"))
+    env = {
+        **os.environ,
+        "VIRTUAL_ENV": str(VENV),
+        "PYO3_PYTHON": str(VENV / "bin" / "python"),
+        # Compiled dependencies are kept between runs; the crate itself is built from the copy.
+        "CARGO_TARGET_DIR": str(ROOT / "target" / "listings" / stage),
+        "CCACHE_BASEDIR": str(tmp_path),
+        "CXX": "ccache c++" if shutil.which("ccache") else "c++",
+    }
+    build = subprocess.run([str(VENV / "bin" / "maturin"), "build", "--release", "-o", str(tmp_path / "wheels")],
+                           cwd=crate, env=env, capture_output=True, text=True)
+    assert build.returncode == 0, build.stdout + build.stderr
+
+    # A scratch environment that sees torch and pytest (through a .pth to our venv) but
+    # this crate's torch_openreg instead of the repository's.
+    scratch = tmp_path / "env"
+    subprocess.run([sys._base_executable, "-m", "venv", "--without-pip", str(scratch)], check=True)
+    site = Path(sysconfig.get_path("purelib", vars={"base": str(scratch), "platbase": str(scratch)}))
+    (site / "_parent_env.pth").write_text(sysconfig.get_path("purelib") + "\n")
+    [wheel] = (tmp_path / "wheels").glob("*.whl")
+    subprocess.run([str(VENV / "bin" / "pip"), "install", "-q", "--no-deps", "--target", str(site), str(wheel)],
+                   check=True)
+
+    # Stages before "autoload" declare no entry point: they are imported explicitly.
+    test_env = {**os.environ, "TORCH_DEVICE_BACKEND_AUTOLOAD": "1" if stage == "autoload" else "0"}
+    tests = subprocess.run([str(scratch / "bin" / "python"), "-P", "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                            "tests"], cwd=crate, env=test_env, capture_output=True, text=True, timeout=600)
+    assert tests.returncode == 0, tests.stdout + tests.stderr
+    assert " passed" in tests.stdout
+# ANCHOR_END: copy_out

@@ -1,0 +1,25 @@
+//! The cxx bridge: the Rust functions the C++ glue calls, and the C++ function Rust calls.
+
+use crate::runtime::{check_device, current_device, exchange_device};
+use crate::runtime::{free as device_free, malloc as device_malloc};
+
+fn device_count() -> i8 {
+    crate::runtime::DEVICE_COUNT
+}
+
+#[cxx::bridge(namespace = "openreg")]
+pub mod ffi {
+    extern "Rust" {
+        fn device_count() -> i8;
+        fn check_device(index: i64) -> Result<i8>;
+        fn current_device() -> i8;
+        fn exchange_device(index: i64) -> Result<i8>;
+        fn device_malloc(size: usize) -> Result<usize>;
+        fn device_free(ptr: usize);
+    }
+
+    unsafe extern "C++" {
+        include!("Register.h");
+        fn register_backend() -> Result<()>;
+    }
+}

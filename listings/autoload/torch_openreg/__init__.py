@@ -1,0 +1,14 @@
+"""OpenReg at the "Autoload" stage: `import torch` loads this package."""
+
+import torch
+
+import torch_openreg._C  # registers allocator, guard and operators
+import torch_openreg.openreg
+
+torch.utils.rename_privateuse1_backend("openreg")
+torch._register_device_module("openreg", torch_openreg.openreg)
+torch.utils.generate_methods_for_privateuse1_backend(for_storage=True)
+
+
+def _autoload():
+    """The `torch.backends` entry point: importing the package did the work."""
