@@ -116,6 +116,13 @@ pub(crate) fn device_free(ptr: usize) {
 }
 // ANCHOR_END: malloc
 
+/// Every `Stat` of a device, for the resets.
+fn all_stats(s: &mut DeviceStats) -> impl Iterator<Item = &mut Stat> {
+    [&mut s.allocation, &mut s.segment, &mut s.allocated_bytes, &mut s.reserved_bytes, &mut s.requested_bytes]
+        .into_iter()
+        .flatten()
+}
+
 pub(crate) fn device_stats(device: i64) -> Result<DeviceStats> {
     let index = rt::check_device(device)?;
     Ok(with_tracker(|t| t.stats[index]))
@@ -124,11 +131,8 @@ pub(crate) fn device_stats(device: i64) -> Result<DeviceStats> {
 pub(crate) fn reset_peak_stats(device: i64) -> Result<()> {
     let index = rt::check_device(device)?;
     with_tracker(|t| {
-        let s = &mut t.stats[index];
-        for array in [&mut s.allocation, &mut s.segment, &mut s.allocated_bytes, &mut s.reserved_bytes, &mut s.requested_bytes] {
-            for stat in array.iter_mut() {
-                stat.peak = stat.current;
-            }
+        for stat in all_stats(&mut t.stats[index]) {
+            stat.peak = stat.current;
         }
     });
     Ok(())
@@ -138,11 +142,9 @@ pub(crate) fn reset_accumulated_stats(device: i64) -> Result<()> {
     let index = rt::check_device(device)?;
     with_tracker(|t| {
         let s = &mut t.stats[index];
-        for array in [&mut s.allocation, &mut s.segment, &mut s.allocated_bytes, &mut s.reserved_bytes, &mut s.requested_bytes] {
-            for stat in array.iter_mut() {
-                stat.allocated = 0;
-                stat.freed = 0;
-            }
+        for stat in all_stats(s) {
+            stat.allocated = 0;
+            stat.freed = 0;
         }
         s.num_ooms = 0;
         s.num_device_alloc = 0;
