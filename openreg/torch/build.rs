@@ -14,6 +14,7 @@ fn main() {
         "csrc/Generator.cpp",
         "csrc/Hooks.cpp",
         "csrc/Minimal.cpp",
+        "csrc/StreamOps.cpp",
         "csrc/Fallback.cpp",
         "csrc/Register.cpp",
     ];

@@ -2,6 +2,7 @@
 Each runs in a fresh interpreter."""
 
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -66,4 +67,4 @@ def test_host_access_to_device_memory_says_what_happened():
     assert out.returncode == -11, out.stderr  # SIGSEGV, after the explanation
     assert "openreg: illegal memory access: host code touched device memory" in out.stderr
     assert "on openreg:1, inside the allocation at 0x" in out.stderr
-    assert "(4096 bytes)" in out.stderr and "tensor.cpu()" in out.stderr
+    assert re.search(r"\(\d+ bytes\)", out.stderr) and "tensor.cpu()" in out.stderr

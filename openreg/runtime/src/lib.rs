@@ -30,6 +30,9 @@ pub use device::{
 pub use error::{Error, Result};
 pub use event::Event;
 pub use host::{host_free, host_malloc};
-pub use memory::{free, host_view, malloc, memory_info, trim};
+pub use memory::{device_of, free, host_view, malloc, memory_info, trim};
 pub use pointer::{MemoryType, PointerAttributes, pointer_attributes};
-pub use stream::{Stream, current_stream, default_stream, new_stream, set_current_stream, stream_by_id};
+pub use stream::{
+    Stream, current_stream, current_stream_id, default_stream, new_stream, set_current_stream,
+    stream_by_id,
+};

@@ -301,6 +301,11 @@ pub fn memory_info(device: i64) -> Result<(usize, usize)> {
 }
 // ANCHOR_END: api
 
+/// The device whose address space contains `ptr` (live or not); no lock taken.
+pub fn device_of(ptr: *const u8) -> Option<usize> {
+    device_range_of(ptr as usize).map(|(device, _, _)| device)
+}
+
 /// `(device, base, capacity)` of the device address space that contains `addr`, if any.
 pub(crate) fn device_range_of(addr: usize) -> Option<(usize, usize, usize)> {
     existing_arenas().find(|&(_, base, cap)| (base..base + cap).contains(&addr))

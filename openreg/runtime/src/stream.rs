@@ -106,6 +106,12 @@ pub fn stream_by_id(device: i64, id: u64) -> Result<Stream> {
     })
 }
 
+/// The id of this thread's current stream on `device`, without looking the stream up.
+pub fn current_stream_id(device: i64) -> Result<u64> {
+    let d = check_device(device)?;
+    Ok(CURRENT.with(|c| c.borrow()[d]))
+}
+
 /// This thread's current stream on `device`.
 pub fn current_stream(device: i64) -> Result<Stream> {
     let d = check_device(device)?;

@@ -40,24 +40,29 @@ class OpenRegDeviceAllocator final : public c10::DeviceAllocator {
     return true;
   }
 
-  // Nothing is cached here; the runtime returns the pages of freed device memory to the host.
+  // Gives wholly free cached segments back to the runtime (and their pages to the host).
   void emptyCache(c10::MempoolId_t /*mempool_id*/) override {
     empty_cache();
   }
 
-  // Without a cache, freed memory is not handed out again by us, so there is nothing to defer.
-  void recordStream(const c10::DataPtr& /*ptr*/, c10::Stream /*stream*/) override {}
+  // Tensor.record_stream: the block is not reused before the stream's queued work is done.
+  void recordStream(const c10::DataPtr& ptr, c10::Stream stream) override {
+    call([&] { record_stream(addr(ptr.get()), stream.device_index(), stream.id()); });
+  }
 
   c10::CachingDeviceAllocator::DeviceStats getDeviceStats(c10::DeviceIndex device) override {
     const DeviceStats s = call([&] { return device_stats(device); });
     c10::CachingDeviceAllocator::DeviceStats out;
     fill(out.allocation, s.allocation);
     fill(out.segment, s.segment);
-    fill(out.active, s.allocation);
+    fill(out.active, s.active);
+    fill(out.inactive_split, s.inactive_split);
     fill(out.allocated_bytes, s.allocated_bytes);
     fill(out.reserved_bytes, s.reserved_bytes);
-    fill(out.active_bytes, s.allocated_bytes);
+    fill(out.active_bytes, s.active_bytes);
+    fill(out.inactive_split_bytes, s.inactive_split_bytes);
     fill(out.requested_bytes, s.requested_bytes);
+    out.num_alloc_retries = s.num_alloc_retries;
     out.num_ooms = s.num_ooms;
     out.num_device_alloc = s.num_device_alloc;
     out.num_device_free = s.num_device_free;

@@ -43,6 +43,7 @@ c10::Allocator* host_allocator();
 void register_guard();
 void register_hooks();
 void register_minimal_ops();
+void register_stream_ops();
 void register_fallback();
 
 } // namespace openreg

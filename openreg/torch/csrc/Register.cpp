@@ -13,6 +13,7 @@ void register_backend() {
   register_guard();
   register_hooks();
   register_minimal_ops();
+  register_stream_ops();
   register_fallback();
 }
 // ANCHOR_END: register_backend

@@ -1,40 +1,102 @@
-//! Device memory for PyTorch's `c10::DeviceAllocator`, with the statistics behind
-//! `torch.accelerator.memory_allocated()` and friends.
+//! The caching device allocator behind PyTorch's `c10::DeviceAllocator`.
 //!
-//! Every allocation goes straight to the runtime (no caching yet), so reserved memory equals
-//! allocated memory; `requested_bytes` keeps the sizes as asked, before page rounding.
+//! Asking the runtime for memory is slow on a real device (a driver call, often a device
+//! synchronisation), so, like CUDA's caching allocator, this one takes memory from the
+//! runtime in **segments**, hands out **blocks** carved from them, and keeps freed blocks for
+//! reuse:
+//!
+//! * requests are rounded up to 512 bytes; up to 1 MiB they come from the *small pool*
+//!   (2 MiB segments), above it from the *large pool* (20 MiB segments, or the request
+//!   rounded up to 2 MiB when it is 10 MiB or more);
+//! * a block is split when the rest is worth keeping, and freed neighbours merge again;
+//! * a block is reused only by the stream it was allocated on (work on one stream is
+//!   ordered, so that is safe); if other streams used it (`record_stream`), it returns to the
+//!   pool only once their work, queued before the free, has completed;
+//! * `empty_cache` gives wholly free segments back to the runtime.
+//!
+//! It also keeps the statistics behind `torch.accelerator.memory_allocated()` and friends.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::io::Write;
 use std::sync::{Mutex, MutexGuard};
 
 use openreg_runtime as rt;
 
-use crate::error::Result;
+use crate::error::{Failure, Result};
 use crate::ffi::ffi::{DeviceStats, MemoryInfo, Stat};
 
-/// Blocks up to this size count as the "small pool", like CUDA's caching allocator.
+// ANCHOR: sizes
+const ALIGNMENT: usize = 512;
+/// Blocks up to this size live in the small pool.
 const SMALL_SIZE: usize = 1 << 20;
+const SMALL_SEGMENT: usize = 2 << 20;
+const LARGE_SEGMENT: usize = 20 << 20;
+/// From this size on, a request gets a segment of its own (rounded up to 2 MiB).
+const MIN_LARGE_ALLOC: usize = 10 << 20;
+const ROUND_LARGE: usize = 2 << 20;
+// ANCHOR_END: sizes
 
-struct Tracker {
-    stats: [DeviceStats; rt::DEVICE_COUNT],
-    /// Live allocations: pointer -> (device, requested, rounded).
-    live: HashMap<usize, (usize, usize, usize)>,
+const SMALL: usize = 1;
+const LARGE: usize = 2;
+
+fn round_up(n: usize, to: usize) -> usize {
+    n.div_ceil(to) * to
 }
 
-static TRACKER: Mutex<Option<Tracker>> = Mutex::new(None);
-
-fn tracker() -> MutexGuard<'static, Option<Tracker>> {
-    TRACKER.lock().unwrap_or_else(|e| e.into_inner())
+fn pool_of(size: usize) -> usize {
+    if size <= SMALL_SIZE { SMALL } else { LARGE }
 }
 
-fn with_tracker<R>(f: impl FnOnce(&mut Tracker) -> R) -> R {
-    let mut guard = tracker();
-    let t = guard.get_or_insert_with(|| Tracker {
-        stats: [DeviceStats::default(); rt::DEVICE_COUNT],
-        live: HashMap::new(),
+// ANCHOR: block
+/// A range of a segment, allocated or free. Blocks of a segment form a list in address
+/// order (`prev`/`next`), so a freed block can merge with free neighbours.
+struct Block {
+    segment: usize,
+    /// SMALL or LARGE: the pool of the segment, whatever the block's size.
+    pool: usize,
+    size: usize,
+    /// What the caller asked for (0 when free).
+    requested: usize,
+    /// The stream it was allocated on; it is reused only on that stream.
+    stream: u64,
+    allocated: bool,
+    prev: Option<usize>,
+    next: Option<usize>,
+    /// Other streams that used it (`record_stream`).
+    stream_uses: Vec<u64>,
+    /// After a free: events on those streams that must complete before reuse.
+    pending: Vec<rt::Event>,
+}
+
+/// One device's cache.
+struct DeviceCache {
+    device: usize,
+    /// Every block, by address.
+    blocks: HashMap<usize, Block>,
+    /// Free blocks of each pool, ordered by (stream, size, address): best fit per stream.
+    free: [BTreeSet<(u64, usize, usize)>; 3],
+    /// Freed blocks waiting for other streams' work.
+    pending: Vec<usize>,
+    /// Segment base -> size.
+    segments: HashMap<usize, usize>,
+    stats: DeviceStats,
+}
+// ANCHOR_END: block
+
+static CACHES: [Mutex<Option<DeviceCache>>; rt::DEVICE_COUNT] = [const { Mutex::new(None) }; rt::DEVICE_COUNT];
+
+/// Runs `f` on `device`'s cache under its lock.
+fn with_cache<R>(device: usize, f: impl FnOnce(&mut DeviceCache) -> R) -> R {
+    let mut guard: MutexGuard<'_, Option<DeviceCache>> = CACHES[device].lock().unwrap_or_else(|e| e.into_inner());
+    let cache = guard.get_or_insert_with(|| DeviceCache {
+        device,
+        blocks: HashMap::new(),
+        free: Default::default(),
+        pending: Vec::new(),
+        segments: HashMap::new(),
+        stats: DeviceStats::default(),
     });
-    f(t)
+    f(cache)
 }
 
 // ANCHOR: stat
@@ -51,45 +113,278 @@ impl Stat {
     }
 }
 
-/// Updates the aggregate entry and the entry of the pool the block belongs to.
-fn update(stats: &mut [Stat; 3], rounded: usize, amount: i64) {
-    let pool = if rounded <= SMALL_SIZE { 1 } else { 2 };
+/// Updates the aggregate entry and the entry of the block's pool.
+fn update(stats: &mut [Stat; 3], pool: usize, amount: i64) {
     for i in [0, pool] {
         if amount >= 0 { stats[i].increase(amount) } else { stats[i].decrease(-amount) }
     }
 }
 // ANCHOR_END: stat
 
-fn record(stats: &mut DeviceStats, requested: usize, rounded: usize, sign: i64) {
-    update(&mut stats.allocation, rounded, sign);
-    update(&mut stats.segment, rounded, sign);
-    update(&mut stats.allocated_bytes, rounded, sign * rounded as i64);
-    update(&mut stats.reserved_bytes, rounded, sign * rounded as i64);
-    update(&mut stats.requested_bytes, rounded, sign * requested as i64);
+impl DeviceCache {
+    fn free_key(&self, addr: usize) -> (u64, usize, usize) {
+        let b = &self.blocks[&addr];
+        (b.stream, b.size, addr)
+    }
+
+    fn insert_free(&mut self, addr: usize) {
+        let key = self.free_key(addr);
+        self.free[self.blocks[&addr].pool].insert(key);
+    }
+
+    fn remove_free(&mut self, addr: usize) {
+        let key = self.free_key(addr);
+        self.free[self.blocks[&addr].pool].remove(&key);
+    }
+
+    // ANCHOR: malloc
+    fn malloc(&mut self, requested: usize, stream: u64) -> Result<usize> {
+        let size = round_up(requested.max(1), ALIGNMENT);
+        let pool = pool_of(size);
+        self.process_pending();
+        let found = self.free[pool].range((stream, size, 0)..(stream + 1, 0, 0)).next().copied();
+        let addr = match found {
+            Some(key) => {
+                self.free[pool].remove(&key);
+                key.2
+            }
+            None => self.new_segment(requested, size, stream)?,
+        };
+        self.split(addr, size);
+        let block = self.blocks.get_mut(&addr).expect("block exists");
+        block.allocated = true;
+        block.requested = requested;
+        let (block_size, pool) = (block.size as i64, block.pool);
+        let s = &mut self.stats;
+        update(&mut s.allocation, pool, 1);
+        update(&mut s.active, pool, 1);
+        update(&mut s.allocated_bytes, pool, block_size);
+        update(&mut s.active_bytes, pool, block_size);
+        update(&mut s.requested_bytes, pool, requested as i64);
+        Ok(addr)
+    }
+    // ANCHOR_END: malloc
+
+    /// Takes a new segment from the runtime; on failure, releases the cache and retries.
+    fn new_segment(&mut self, requested: usize, size: usize, stream: u64) -> Result<usize> {
+        let preferred = match pool_of(size) {
+            SMALL => SMALL_SEGMENT,
+            _ if size < MIN_LARGE_ALLOC => LARGE_SEGMENT,
+            _ => round_up(size, ROUND_LARGE),
+        };
+        let device = self.device as i64;
+        let attempt = |len: usize| rt::malloc(device, len).map(|p| (p as usize, len));
+        let (base, len) = match attempt(preferred) {
+            Ok(got) => got,
+            Err(rt::Error::OutOfMemory { .. }) => {
+                self.stats.num_alloc_retries += 1;
+                self.release_free_segments();
+                // A smaller segment, just the request, may still fit.
+                match attempt(preferred).or_else(|_| attempt(size)) {
+                    Ok(got) => got,
+                    Err(rt::Error::OutOfMemory { capacity, .. }) => {
+                        self.stats.num_ooms += 1;
+                        return Err(self.out_of_memory(requested, capacity));
+                    }
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let pool = pool_of(size);
+        self.segments.insert(base, len);
+        self.blocks.insert(base, Block {
+            segment: base,
+            pool,
+            size: len,
+            requested: 0,
+            stream,
+            allocated: false,
+            prev: None,
+            next: None,
+            stream_uses: Vec::new(),
+            pending: Vec::new(),
+        });
+        update(&mut self.stats.segment, pool, 1);
+        update(&mut self.stats.reserved_bytes, pool, len as i64);
+        self.stats.num_device_alloc += 1;
+        Ok(base)
+    }
+
+    fn out_of_memory(&self, requested: usize, capacity: usize) -> Failure {
+        let human = rt::error::human;
+        Failure::out_of_memory(format!(
+            "openreg:{} out of memory: tried to allocate {}; {} allocated and {} reserved by \
+             PyTorch, of a capacity of {}. torch.accelerator.empty_cache() releases cached \
+             memory; OPENREG_DEVICE_MEMORY sets the capacity.",
+            self.device,
+            human(requested),
+            human(self.stats.allocated_bytes[0].current as usize),
+            human(self.stats.reserved_bytes[0].current as usize),
+            human(capacity)
+        ))
+    }
+
+    /// Cuts `addr` down to `size` if the rest is worth keeping; the rest becomes a free block.
+    fn split(&mut self, addr: usize, size: usize) {
+        let block = &self.blocks[&addr];
+        let rest = block.size - size;
+        let worth = if block.pool == SMALL { rest >= ALIGNMENT } else { rest > SMALL_SIZE };
+        if !worth {
+            return;
+        }
+        let (segment, pool, stream, next) = (block.segment, block.pool, block.stream, block.next);
+        let rest_addr = addr + size;
+        self.blocks.insert(rest_addr, Block {
+            segment,
+            pool,
+            size: rest,
+            requested: 0,
+            stream,
+            allocated: false,
+            prev: Some(addr),
+            next,
+            stream_uses: Vec::new(),
+            pending: Vec::new(),
+        });
+        if let Some(n) = next {
+            self.blocks.get_mut(&n).expect("neighbour exists").prev = Some(rest_addr);
+        }
+        let block = self.blocks.get_mut(&addr).expect("block exists");
+        block.size = size;
+        block.next = Some(rest_addr);
+        self.insert_free(rest_addr);
+    }
+
+    // ANCHOR: free
+    fn free(&mut self, addr: usize) {
+        let Some(block) = self.blocks.get_mut(&addr).filter(|b| b.allocated) else {
+            let _ = writeln!(std::io::stderr(), "openreg: free of {addr:#x}, which is not an allocated block");
+            return;
+        };
+        block.allocated = false;
+        let (size, requested, pool) = (block.size as i64, block.requested as i64, block.pool);
+        block.requested = 0;
+        // Other streams may still be using the memory: mark where their queues are now, and
+        // reuse the block only once they got there.
+        for stream in std::mem::take(&mut block.stream_uses) {
+            if let Ok(s) = rt::stream_by_id(self.device as i64, stream) {
+                let event = rt::Event::new(false);
+                if event.record(&s).is_ok() {
+                    block.pending.push(event);
+                }
+            }
+        }
+        let s = &mut self.stats;
+        update(&mut s.allocation, pool, -1);
+        update(&mut s.allocated_bytes, pool, -size);
+        update(&mut s.requested_bytes, pool, -requested);
+        if self.blocks[&addr].pending.is_empty() {
+            self.release_block(addr);
+        } else {
+            self.pending.push(addr);
+        }
+    }
+    // ANCHOR_END: free
+
+    /// Returns a block to its pool, merged with free neighbours.
+    fn release_block(&mut self, mut addr: usize) {
+        let (pool, size) = (self.blocks[&addr].pool, self.blocks[&addr].size as i64);
+        update(&mut self.stats.active, pool, -1);
+        update(&mut self.stats.active_bytes, pool, -size);
+        let is_free = |c: &DeviceCache, a: usize| !c.blocks[&a].allocated && c.blocks[&a].pending.is_empty();
+        if let Some(prev) = self.blocks[&addr].prev.filter(|&p| is_free(self, p)) {
+            self.merge(prev, addr);
+            addr = prev;
+        }
+        if let Some(next) = self.blocks[&addr].next.filter(|&n| is_free(self, n)) {
+            self.merge(addr, next);
+        }
+        self.insert_free(addr);
+    }
+
+    /// Merges the block `right` into `left`, its predecessor; both leave the free sets.
+    fn merge(&mut self, left: usize, right: usize) {
+        self.remove_free(left);
+        self.remove_free(right);
+        let gone = self.blocks.remove(&right).expect("right block exists");
+        if let Some(n) = gone.next {
+            self.blocks.get_mut(&n).expect("neighbour exists").prev = Some(left);
+        }
+        let l = self.blocks.get_mut(&left).expect("left block exists");
+        l.size += gone.size;
+        l.next = gone.next;
+    }
+
+    /// Blocks whose other streams have caught up go back to their pools.
+    fn process_pending(&mut self) {
+        let ready: Vec<usize> = self
+            .pending
+            .iter()
+            .copied()
+            .filter(|a| self.blocks[a].pending.iter().all(rt::Event::query))
+            .collect();
+        for addr in ready {
+            self.pending.retain(|&a| a != addr);
+            self.blocks.get_mut(&addr).expect("block exists").pending.clear();
+            self.release_block(addr);
+        }
+    }
+
+    // ANCHOR: empty_cache
+    /// Gives every wholly free segment back to the runtime.
+    fn release_free_segments(&mut self) {
+        self.process_pending();
+        let whole: Vec<(usize, usize)> = self
+            .segments
+            .iter()
+            .filter(|&(base, &len)| {
+                let b = &self.blocks[base];
+                b.size == len && !b.allocated && b.pending.is_empty()
+            })
+            .map(|(&base, &len)| (base, len))
+            .collect();
+        for (base, len) in whole {
+            self.remove_free(base);
+            let pool = self.blocks.remove(&base).expect("segment block exists").pool;
+            self.segments.remove(&base);
+            update(&mut self.stats.segment, pool, -1);
+            update(&mut self.stats.reserved_bytes, pool, -(len as i64));
+            self.stats.num_device_free += 1;
+            if let Err(e) = rt::free(base as *mut u8) {
+                let _ = writeln!(std::io::stderr(), "openreg: releasing a segment: {e}");
+            }
+        }
+        let _ = rt::trim(self.device as i64);
+    }
+    // ANCHOR_END: empty_cache
+
+    /// Statistics, with the inactive split blocks counted now.
+    fn stats(&self) -> DeviceStats {
+        let mut s = self.stats;
+        for pool in [SMALL, LARGE] {
+            for &(_, size, addr) in &self.free[pool] {
+                if size < self.segments[&self.blocks[&addr].segment] {
+                    for i in [0, pool] {
+                        s.inactive_split[i].current += 1;
+                        s.inactive_split_bytes[i].current += size as i64;
+                    }
+                }
+            }
+        }
+        s
+    }
 }
 
-// ANCHOR: malloc
+// ANCHOR: bridge_functions
+/// Allocates `size` bytes on `device` for its current stream.
 pub(crate) fn device_malloc(device: i64, size: usize) -> Result<usize> {
     let index = rt::check_device(device)?;
-    let ptr = match rt::malloc(device, size) {
-        Ok(ptr) => ptr as usize,
-        Err(e) => {
-            if matches!(e, rt::Error::OutOfMemory { .. }) {
-                with_tracker(|t| t.stats[index].num_ooms += 1);
-            }
-            return Err(e.into());
-        }
-    };
-    if ptr != 0 {
-        let rounded = size.div_ceil(rt::memory::page_size()) * rt::memory::page_size();
-        with_tracker(|t| {
-            t.live.insert(ptr, (index, size, rounded));
-            let stats = &mut t.stats[index];
-            stats.num_device_alloc += 1;
-            record(stats, size, rounded, 1);
-        });
+    if size == 0 {
+        return Ok(0);
     }
-    Ok(ptr)
+    let stream = rt::current_stream_id(device)?;
+    with_cache(index, |c| c.malloc(size, stream))
 }
 
 /// The deleter of every device `DataPtr`. C++ calls it from destructors, so it cannot fail:
@@ -97,41 +392,64 @@ pub(crate) fn device_malloc(device: i64, size: usize) -> Result<usize> {
 pub(crate) fn device_free(ptr: usize) {
     let outcome = std::panic::catch_unwind(|| {
         if ptr == 0 {
-            return Ok(());
+            return;
         }
-        with_tracker(|t| {
-            if let Some((index, requested, rounded)) = t.live.remove(&ptr) {
-                let stats = &mut t.stats[index];
-                stats.num_device_free += 1;
-                record(stats, requested, rounded, -1);
-            }
-        });
-        rt::free(ptr as *mut u8)
+        match rt::device_of(ptr as *const u8) {
+            Some(device) => with_cache(device, |c| c.free(ptr)),
+            None => _ = writeln!(std::io::stderr(), "openreg: free of {ptr:#x}, which is not device memory"),
+        }
     });
-    match outcome {
-        Ok(Ok(())) => {}
-        Ok(Err(e)) => _ = writeln!(std::io::stderr(), "openreg: freeing device memory: {e}"),
-        Err(_) => _ = writeln!(std::io::stderr(), "openreg: freeing device memory panicked"),
+    if outcome.is_err() {
+        let _ = writeln!(std::io::stderr(), "openreg: freeing device memory panicked");
     }
 }
-// ANCHOR_END: malloc
+
+/// `Tensor.record_stream(s)`: the block must not be reused before `s`'s current work is done.
+pub(crate) fn record_stream(ptr: usize, device: i64, stream: i64) -> Result<()> {
+    let index = rt::check_device(device)?;
+    with_cache(index, |c| {
+        if let Some(block) = c.blocks.get_mut(&ptr).filter(|b| b.allocated)
+            && block.stream != stream as u64
+            && !block.stream_uses.contains(&(stream as u64))
+        {
+            block.stream_uses.push(stream as u64);
+        }
+    });
+    Ok(())
+}
+
+/// `torch.accelerator.empty_cache()`.
+pub(crate) fn empty_cache() {
+    for device in 0..rt::DEVICE_COUNT {
+        with_cache(device, DeviceCache::release_free_segments);
+    }
+}
+// ANCHOR_END: bridge_functions
+
+pub(crate) fn device_stats(device: i64) -> Result<DeviceStats> {
+    Ok(with_cache(rt::check_device(device)?, |c| c.stats()))
+}
 
 /// Every `Stat` of a device, for the resets.
 fn all_stats(s: &mut DeviceStats) -> impl Iterator<Item = &mut Stat> {
-    [&mut s.allocation, &mut s.segment, &mut s.allocated_bytes, &mut s.reserved_bytes, &mut s.requested_bytes]
-        .into_iter()
-        .flatten()
-}
-
-pub(crate) fn device_stats(device: i64) -> Result<DeviceStats> {
-    let index = rt::check_device(device)?;
-    Ok(with_tracker(|t| t.stats[index]))
+    [
+        &mut s.allocation,
+        &mut s.segment,
+        &mut s.active,
+        &mut s.inactive_split,
+        &mut s.allocated_bytes,
+        &mut s.reserved_bytes,
+        &mut s.active_bytes,
+        &mut s.inactive_split_bytes,
+        &mut s.requested_bytes,
+    ]
+    .into_iter()
+    .flatten()
 }
 
 pub(crate) fn reset_peak_stats(device: i64) -> Result<()> {
-    let index = rt::check_device(device)?;
-    with_tracker(|t| {
-        for stat in all_stats(&mut t.stats[index]) {
+    with_cache(rt::check_device(device)?, |c| {
+        for stat in all_stats(&mut c.stats) {
             stat.peak = stat.current;
         }
     });
@@ -139,13 +457,13 @@ pub(crate) fn reset_peak_stats(device: i64) -> Result<()> {
 }
 
 pub(crate) fn reset_accumulated_stats(device: i64) -> Result<()> {
-    let index = rt::check_device(device)?;
-    with_tracker(|t| {
-        let s = &mut t.stats[index];
+    with_cache(rt::check_device(device)?, |c| {
+        let s = &mut c.stats;
         for stat in all_stats(s) {
             stat.allocated = 0;
             stat.freed = 0;
         }
+        s.num_alloc_retries = 0;
         s.num_ooms = 0;
         s.num_device_alloc = 0;
         s.num_device_free = 0;
@@ -158,59 +476,5 @@ pub(crate) fn device_memory_info(device: i64) -> Result<MemoryInfo> {
     Ok(MemoryInfo { free, total })
 }
 
-/// `torch.accelerator.empty_cache()`: nothing is cached here, but the runtime keeps freed
-/// device pages committed for reuse; this gives them back to the host.
-pub(crate) fn empty_cache() {
-    for device in 0..rt::DEVICE_COUNT {
-        let _ = rt::trim(device as i64);
-    }
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::error::ErrorKind;
-
-    #[test]
-    fn statistics_follow_allocations() {
-        let before = device_stats(1).unwrap();
-        let small = device_malloc(1, 1000).unwrap();
-        let large = device_malloc(1, 3 << 20).unwrap();
-        let s = device_stats(1).unwrap();
-        let delta = |a: &[Stat; 3], b: &[Stat; 3], i: usize| a[i].current - b[i].current;
-        assert_eq!(delta(&s.allocated_bytes, &before.allocated_bytes, 0), 4096 + (3 << 20));
-        assert_eq!(delta(&s.allocated_bytes, &before.allocated_bytes, 1), 4096, "small pool");
-        assert_eq!(delta(&s.allocated_bytes, &before.allocated_bytes, 2), 3 << 20, "large pool");
-        assert_eq!(delta(&s.requested_bytes, &before.requested_bytes, 0), 1000 + (3 << 20));
-        assert_eq!(delta(&s.allocation, &before.allocation, 0), 2);
-        assert_eq!(s.reserved_bytes[0].current, s.allocated_bytes[0].current);
-        assert!(s.allocated_bytes[0].peak >= s.allocated_bytes[0].current);
-
-        device_free(large);
-        device_free(small);
-        let after = device_stats(1).unwrap();
-        assert_eq!(after.allocated_bytes[0].current, before.allocated_bytes[0].current);
-        assert_eq!(after.num_device_free - before.num_device_free, 2);
-        assert!(after.allocated_bytes[0].peak >= before.allocated_bytes[0].current + (3 << 20));
-        reset_peak_stats(1).unwrap();
-        let reset = device_stats(1).unwrap();
-        assert_eq!(reset.allocated_bytes[0].peak, reset.allocated_bytes[0].current);
-        reset_accumulated_stats(1).unwrap();
-        assert_eq!(device_stats(1).unwrap().allocated_bytes[0].allocated, 0);
-    }
-
-    #[test]
-    fn out_of_memory_is_counted_and_bad_frees_do_not_panic() {
-        let ooms = device_stats(0).unwrap().num_ooms;
-        assert!(device_malloc(0, 1 << 40).is_err());
-        assert_eq!(last_kind(), ErrorKind::OutOfMemory);
-        assert_eq!(device_stats(0).unwrap().num_ooms, ooms + 1);
-        device_free(0x1234); // reported on stderr, nothing else
-        assert!(device_malloc(9, 8).is_err());
-        assert_eq!(last_kind(), ErrorKind::Runtime);
-    }
-
-    fn last_kind() -> ErrorKind {
-        crate::error::last_error_kind()
-    }
-}
+mod tests;

@@ -35,6 +35,14 @@ impl From<Error> for Failure {
 }
 // ANCHOR_END: kind
 
+impl Failure {
+    /// An out-of-memory error composed above the runtime (it knows the allocator's numbers).
+    pub(crate) fn out_of_memory(message: String) -> Self {
+        LAST_KIND.with(|k| k.set(ErrorKind::OutOfMemory));
+        Failure(message)
+    }
+}
+
 impl fmt::Display for Failure {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.0)

@@ -2,7 +2,7 @@
 //! the build script, which recompiles every C++ file.
 
 use crate::allocator::{
-    device_free, device_malloc, device_memory_info, device_stats, empty_cache,
+    device_free, device_malloc, device_memory_info, device_stats, empty_cache, record_stream,
     reset_accumulated_stats, reset_peak_stats,
 };
 use crate::copy::{copy_bytes, host_view};
@@ -42,9 +42,14 @@ pub(crate) mod ffi {
     struct DeviceStats {
         allocation: [Stat; 3],
         segment: [Stat; 3],
+        active: [Stat; 3],
+        inactive_split: [Stat; 3],
         allocated_bytes: [Stat; 3],
         reserved_bytes: [Stat; 3],
+        active_bytes: [Stat; 3],
+        inactive_split_bytes: [Stat; 3],
         requested_bytes: [Stat; 3],
+        num_alloc_retries: i64,
         num_ooms: i64,
         num_device_alloc: i64,
         num_device_free: i64,
@@ -66,7 +71,7 @@ pub(crate) mod ffi {
         fn exchange_device(index: i64) -> Result<i8>;
         fn synchronize_device(index: i64) -> Result<()>;
 
-        // Device memory, with the statistics PyTorch reports.
+        // Device memory (a caching allocator), with the statistics PyTorch reports.
         fn device_malloc(device: i64, size: usize) -> Result<usize>;
         fn device_free(ptr: usize);
         fn device_stats(device: i64) -> Result<DeviceStats>;
@@ -74,6 +79,7 @@ pub(crate) mod ffi {
         fn reset_accumulated_stats(device: i64) -> Result<()>;
         fn device_memory_info(device: i64) -> Result<MemoryInfo>;
         fn empty_cache();
+        fn record_stream(ptr: usize, device: i64, stream: i64) -> Result<()>;
 
         // Pinned host memory and pointer queries.
         fn host_malloc(size: usize) -> Result<usize>;
