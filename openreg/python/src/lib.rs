@@ -78,6 +78,12 @@ fn _get_default_generator<'py>(py: Python<'py>, device: i64) -> PyResult<Bound<'
         .call_method1("_accelerator_getDefaultGenerator", (device,))
 }
 
+/// True in a child forked after the runtime was initialised (it refuses to work there).
+#[pyfunction]
+fn _is_in_bad_fork() -> bool {
+    rt::is_in_bad_fork()
+}
+
 /// PyTorch's lazy device initialisation (the hooks' `init`), run once.
 #[pyfunction]
 fn _init() -> PyResult<()> {
@@ -105,6 +111,7 @@ fn openreg_c(m: &Bound<'_, PyModule>) -> PyResult<()> {
 
     m.add("_torch_version", openreg_torch::TORCH_VERSION)?;
     m.add_function(wrap_pyfunction!(_init, m)?)?;
+    m.add_function(wrap_pyfunction!(_is_in_bad_fork, m)?)?;
     m.add_function(wrap_pyfunction!(_get_device_count, m)?)?;
     m.add_function(wrap_pyfunction!(_get_device, m)?)?;
     m.add_function(wrap_pyfunction!(_set_device, m)?)?;

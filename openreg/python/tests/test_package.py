@@ -68,3 +68,39 @@ def test_host_access_to_device_memory_says_what_happened():
     assert "openreg: illegal memory access: host code touched device memory" in out.stderr
     assert "on openreg:1, inside the allocation at 0x" in out.stderr
     assert re.search(r"\(\d+ bytes\)", out.stderr) and "tensor.cpu()" in out.stderr
+
+
+def test_fork_after_initialisation_is_refused_and_spawn_works(tmp_path):
+    script = tmp_path / "fork_and_spawn.py"
+    script.write_text(textwrap.dedent("""
+        import multiprocessing as mp
+        import os
+        import torch
+
+        def on_device(n):
+            return torch.arange(n, device="openreg:1").sum().item()
+
+        if __name__ == "__main__":
+            torch.ones(1, device="openreg")  # initialises the runtime
+            pid = os.fork()
+            if pid == 0:
+                try:
+                    torch.ones(1, device="openreg")
+                    os._exit(3)
+                except RuntimeError as e:
+                    print("child:", e, flush=True)
+                    os._exit(0 if torch.openreg._is_in_bad_fork() else 4)
+            _, status = os.waitpid(pid, 0)
+            print("child exit:", os.waitstatus_to_exitcode(status))
+            print("parent in bad fork:", torch.openreg._is_in_bad_fork())
+            with mp.get_context("spawn").Pool(1) as pool:
+                print("spawned:", pool.map(on_device, [5]))
+    """))
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == [
+        "child: cannot re-initialize OpenReg in a forked subprocess; use the 'spawn' start method",
+        "child exit: 0",
+        "parent in bad fork: False",
+        "spawned: [10]",
+    ]

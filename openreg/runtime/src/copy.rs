@@ -30,6 +30,7 @@ struct Plan {
 }
 
 fn resolve(dst: *mut u8, src: *const u8, len: usize, kind: MemcpyKind) -> Result<Plan> {
+    crate::fork::check_not_forked()?;
     let (dst_attr, src_attr) = (pointer_attributes(dst), pointer_attributes(src));
     let is_dev = |t: MemoryType| t == MemoryType::Device;
     let (want_dst_dev, want_src_dev) = match kind {

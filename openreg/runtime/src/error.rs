@@ -26,6 +26,8 @@ pub enum Error {
     StreamFailed { stream: u64, device: usize, message: String },
     /// A system call failed.
     System { call: &'static str, errno: i32 },
+    /// Used in a child process forked after the runtime was initialised.
+    BadFork,
 }
 // ANCHOR_END: error
 
@@ -72,6 +74,9 @@ impl fmt::Display for Error {
             Error::StreamFailed { stream, device, message } => write!(
                 f,
                 "work on stream {stream} of openreg:{device} failed: {message}"
+            ),
+            Error::BadFork => f.write_str(
+                "cannot re-initialize OpenReg in a forked subprocess; use the 'spawn' start method",
             ),
             Error::System { call, errno } => write!(
                 f,

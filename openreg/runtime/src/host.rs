@@ -22,6 +22,8 @@ fn layout(size: usize) -> Result<Layout> {
 // ANCHOR: host
 /// Allocates `size` bytes of page-aligned host memory. A size of 0 gives a null pointer.
 pub fn host_malloc(size: usize) -> Result<*mut u8> {
+    crate::fork::check_not_forked()?;
+    crate::fork::mark_initialised();
     if size == 0 {
         return Ok(std::ptr::null_mut());
     }

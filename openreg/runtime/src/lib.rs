@@ -11,12 +11,14 @@
 //! | copies | [`copy`] |
 //! | streams and kernel launch | [`stream`] |
 //! | events | [`event`] |
+//! | fork safety | [`fork`] |
 
 pub mod copy;
 pub mod device;
 pub mod error;
 pub mod event;
 mod fault;
+pub mod fork;
 pub mod host;
 pub mod memory;
 pub mod pointer;
@@ -29,6 +31,7 @@ pub use device::{
 };
 pub use error::{Error, Result};
 pub use event::Event;
+pub use fork::is_in_bad_fork;
 pub use host::{host_free, host_malloc};
 pub use memory::{device_of, free, host_view, malloc, memory_info, trim};
 pub use pointer::{MemoryType, PointerAttributes, pointer_attributes};

@@ -144,6 +144,7 @@ impl Arena {
             let mut state = ArenaState::default();
             state.insert_free(0, capacity);
             crate::fault::install();
+            crate::fork::mark_initialised();
             Ok(Arena {
                 device,
                 base: base as usize,
@@ -248,6 +249,7 @@ impl ArenaState {
 // ANCHOR: api
 /// Allocates `size` bytes on `device`, page-aligned. A size of 0 gives a null pointer.
 pub fn malloc(device: i64, size: usize) -> Result<*mut u8> {
+    crate::fork::check_not_forked()?;
     let device = check_device(device)?;
     if size == 0 {
         return Ok(std::ptr::null_mut());
@@ -257,6 +259,7 @@ pub fn malloc(device: i64, size: usize) -> Result<*mut u8> {
 
 /// Frees memory returned by [`malloc`]. Freeing twice is an error, not a crash.
 pub fn free(ptr: *mut u8) -> Result<()> {
+    crate::fork::check_not_forked()?;
     if ptr.is_null() {
         return Ok(());
     }
@@ -281,6 +284,7 @@ pub fn trim(device: i64) -> Result<()> {
 /// "Unprotects" `len` bytes of device memory at `ptr` for the runtime: checks that they lie in
 /// one live allocation and returns the same bytes' address in the read/write runtime view.
 pub fn host_view(ptr: *const u8, len: usize) -> Result<*mut u8> {
+    crate::fork::check_not_forked()?;
     let addr = ptr as usize;
     let invalid = Error::InvalidPointer { addr, len, expected: "a range inside one live device allocation" };
     let (device, base, _) = device_range_of(addr).ok_or(invalid.clone())?;

@@ -174,6 +174,8 @@ impl Stream {
     /// Enqueues `task`; it runs on this stream's worker after everything enqueued before it.
     /// A panic inside `task` is caught and reported by the next [`Stream::synchronize`].
     pub fn launch(&self, task: impl FnOnce() + Send + 'static) -> Result<()> {
+        crate::fork::check_not_forked()?;
+        crate::fork::mark_initialised();
         let mut q = self.lock();
         q.tasks.push_back(Box::new(task));
         q.submitted += 1;
@@ -216,6 +218,7 @@ impl Stream {
 
     /// Blocks until all work enqueued before this call has completed.
     pub fn synchronize(&self) -> Result<()> {
+        crate::fork::check_not_forked()?;
         let mut q = self.lock();
         let target = q.submitted;
         while q.completed < target {

@@ -28,3 +28,21 @@ fn host_access_to_device_memory_is_reported() {
 fn libc_sigsegv() -> i32 {
     11
 }
+
+#[test]
+fn a_child_forked_after_initialisation_is_refused() {
+    let p = openreg_runtime::malloc(0, 64).unwrap();
+    // SAFETY: the child only calls async-signal-safe-enough runtime checks and _exit.
+    let pid = unsafe { libc::fork() };
+    if pid == 0 {
+        let refused = openreg_runtime::malloc(0, 64).err().map(|e| e.to_string())
+            == Some("cannot re-initialize OpenReg in a forked subprocess; use the 'spawn' start method".into());
+        let free_refused = openreg_runtime::free(p).is_err();
+        unsafe { libc::_exit(if refused && free_refused && openreg_runtime::is_in_bad_fork() { 0 } else { 1 }) };
+    }
+    let mut status = 0;
+    unsafe { libc::waitpid(pid, &mut status, 0) };
+    assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0, "child status {status}");
+    assert!(!openreg_runtime::is_in_bad_fork());
+    openreg_runtime::free(p).unwrap();
+}

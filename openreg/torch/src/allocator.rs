@@ -380,6 +380,9 @@ impl DeviceCache {
 /// Allocates `size` bytes on `device` for its current stream.
 pub(crate) fn device_malloc(device: i64, size: usize) -> Result<usize> {
     let index = rt::check_device(device)?;
+    if rt::is_in_bad_fork() {
+        return Err(rt::Error::BadFork.into()); // even a cached block belongs to the parent
+    }
     if size == 0 {
         return Ok(0);
     }

@@ -1,6 +1,5 @@
 """``torch.openreg``: device management for OpenReg, shaped like ``torch.cuda``."""
 
-import os
 import threading
 
 import torch
@@ -74,26 +73,14 @@ class device:
 # ANCHOR: lazy_init
 _initialized = False
 _init_lock = threading.Lock()
-_in_bad_fork = False
-
-
-def _after_fork_in_child() -> None:
-    # Stream worker threads and the runtime's state do not survive fork().
-    global _in_bad_fork
-    if _initialized:
-        _in_bad_fork = True
-
-
-os.register_at_fork(after_in_child=_after_fork_in_child)
-
-
 def _is_in_bad_fork() -> bool:
-    """True in a child forked after the device was initialised (torch.manual_seed asks)."""
-    return _in_bad_fork
+    """True in a child forked after the device was initialised; the runtime refuses to work
+    there (torch.manual_seed asks this before seeding)."""
+    return _C._is_in_bad_fork()
 
 
 def is_initialized() -> bool:
-    return _initialized and not _in_bad_fork
+    return _initialized and not _is_in_bad_fork()
 
 
 def init() -> None:
@@ -105,7 +92,7 @@ def _lazy_init() -> None:
     """PyTorch's one-time device initialisation (the hooks' ``init``). It is cheap here, so
     the RNG functions run it at once instead of queueing calls as ``torch.cuda`` does."""
     global _initialized
-    if _in_bad_fork:
+    if _is_in_bad_fork():
         raise RuntimeError(
             "cannot re-initialize OpenReg in a forked subprocess; use the 'spawn' start method"
         )
