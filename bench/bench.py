@@ -53,7 +53,7 @@ def main():
     clone = median_time(lambda: host.clone())
     h2d = median_time(lambda: host.to("openreg"))
     d2h = median_time(lambda: dev.cpu())
-    d2d = median_time(lambda: dev.clone())
+    d2d = median_time(lambda: (dev.clone(), torch.accelerator.synchronize()))  # queued: wait
     rows.append(("CPU clone() 64 MiB f32", f"{gbps(clone):.2f} GB/s", "reference"))
     for name, seconds in [(".to('openreg') 64 MiB", h2d), (".cpu() 64 MiB", d2h),
                           ("device clone() 64 MiB", d2d)]:
@@ -68,7 +68,9 @@ def main():
     cpu_copy = median_time(lambda: host_dst.copy_(host))
     rows.append(("CPU copy_ 64 MiB into existing", f"{gbps(cpu_copy):.2f} GB/s", "reference"))
     for name, fn in [("copy_ host->openreg, existing", lambda: dev_dst.copy_(host)),
-                     ("copy_ openreg->host, existing", lambda: host_dst.copy_(dev))]:
+                     ("copy_ openreg->host, existing", lambda: host_dst.copy_(dev)),
+                     ("copy_ openreg->openreg, existing",
+                      lambda: (dev_dst.copy_(dev), torch.accelerator.synchronize()))]:
         seconds = median_time(fn)
         rows.append((name, f"{gbps(seconds):.2f} GB/s", f"{cpu_copy / seconds:.2f}x of CPU copy_"))
 

@@ -69,6 +69,16 @@ fn _synchronize(py: Python<'_>, device: i64) -> PyResult<()> {
     py.detach(|| rt::synchronize_device(device)).map_err(|e| py_err(py, e))
 }
 
+/// Queues `ms` milliseconds of busy work on the current stream of the current device, like
+/// `torch.cuda._sleep`: for tests and demonstrations of asynchrony.
+#[pyfunction]
+fn _sleep(py: Python<'_>, ms: u64) -> PyResult<()> {
+    let stream = rt::current_stream(rt::current_device() as i64).map_err(|e| py_err(py, e))?;
+    stream
+        .launch(move || std::thread::sleep(std::time::Duration::from_millis(ms)))
+        .map_err(|e| py_err(py, e))
+}
+
 /// The default `torch.Generator` of `device`.
 #[pyfunction]
 fn _get_default_generator<'py>(py: Python<'py>, device: i64) -> PyResult<Bound<'py, PyAny>> {
@@ -117,6 +127,7 @@ fn openreg_c(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(_set_device, m)?)?;
     m.add_function(wrap_pyfunction!(exchange_device, m)?)?;
     m.add_function(wrap_pyfunction!(_synchronize, m)?)?;
+    m.add_function(wrap_pyfunction!(_sleep, m)?)?;
     m.add_function(wrap_pyfunction!(_get_default_generator, m)?)?;
     Ok(())
 }

@@ -72,3 +72,33 @@ def test_threads_with_their_own_streams():
     for t in threads:
         t.join()
     assert errors == []
+
+
+# ANCHOR: overlap
+def test_two_streams_overlap():
+    import time
+
+    torch.accelerator.synchronize()
+    a, b = torch.Stream(device="openreg"), torch.Stream(device="openreg")
+    start = time.perf_counter()
+    with a:
+        torch.openreg._sleep(200)
+    with b:
+        torch.openreg._sleep(200)
+    queued = time.perf_counter() - start
+    torch.accelerator.synchronize()
+    wall = time.perf_counter() - start
+    assert queued < 0.1, "queuing work does not wait for it"
+    assert wall < 0.35, f"two 200 ms sleeps on two streams took {wall:.3f} s"
+# ANCHOR_END: overlap
+
+
+def test_device_to_device_copies_are_queued_and_ordered():
+    x = torch.arange(1 << 20, dtype=torch.float32, device="openreg")
+    s = torch.Stream(device="openreg")
+    with s:
+        torch.openreg._sleep(100)
+        y = x.clone()  # queued behind the sleep on the same stream
+        assert not s.query()
+        z = y.to("openreg:1")  # across devices: waits for s, then runs on openreg:1's stream
+    assert torch.equal(z.cpu(), torch.arange(1 << 20, dtype=torch.float32))

@@ -4,13 +4,32 @@ use openreg_runtime as rt;
 
 use crate::error::Result;
 
-/// A synchronous copy in whatever direction the pointers say.
+// ANCHOR: copy_bytes
+/// Copies `len` bytes in whatever direction the pointers say. A copy between device
+/// allocations is work for the device: it is queued on the destination device's current
+/// stream (after the source device's current stream, if that is another device) and the host
+/// does not wait, as with CUDA. Copies with host memory are synchronous.
 pub(crate) fn copy_bytes(dst: usize, src: usize, len: usize) -> Result<()> {
-    // SAFETY: the C++ caller passes tensor storage it owns for the duration of the call; the
-    // runtime checks the device side of the range.
-    unsafe { rt::memcpy(dst as *mut u8, src as *const u8, len, rt::MemcpyKind::Default)? };
+    let (to, from) = (rt::device_of(dst as *const u8), rt::device_of(src as *const u8));
+    // SAFETY: the C++ caller passes tensor storage that the caching allocator keeps from
+    // reuse until the stream has run the copy; the runtime checks device ranges now.
+    unsafe {
+        match (to, from) {
+            (Some(to), Some(from)) => {
+                let stream = rt::current_stream(to as i64)?;
+                if from != to {
+                    let ready = rt::Event::new(false);
+                    ready.record(&rt::current_stream(from as i64)?)?;
+                    stream.wait_event(&ready)?;
+                }
+                rt::memcpy_async(dst as *mut u8, src as *const u8, len, rt::MemcpyKind::DeviceToDevice, &stream)?
+            }
+            _ => rt::memcpy(dst as *mut u8, src as *const u8, len, rt::MemcpyKind::Default)?,
+        }
+    }
     Ok(())
 }
+// ANCHOR_END: copy_bytes
 
 /// The host-accessible address of device memory, after waiting for the work already queued
 /// on the device's current stream (host code is about to read or write it).

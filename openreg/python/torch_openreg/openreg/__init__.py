@@ -50,6 +50,11 @@ def synchronize(device=None) -> None:
     _C._synchronize(_device_index(device, optional=True))
 
 
+def _sleep(ms: int) -> None:
+    """Queues `ms` milliseconds of work on the current stream (like ``torch.cuda._sleep``)."""
+    _C._sleep(ms)
+
+
 class device:
     """Context manager that makes ``device`` current and restores the previous one on exit.
 
