@@ -33,7 +33,7 @@ class OpenRegDeviceAllocator final : public c10::DeviceAllocator {
   }
 
   void copy_data(void* dest, const void* src, std::size_t count) const override {
-    call([&] { copy_bytes(addr(dest), addr(src), count); });
+    call([&] { copy_bytes(addr(dest), addr(src), count, false); });
   }
 
   bool initialized() override {
@@ -101,7 +101,7 @@ void resize_storage_bytes(const c10::Storage& storage, size_t nbytes) {
   c10::DataPtr fresh = storage.allocator()->allocate(nbytes);
   const size_t keep = std::min(storage.nbytes(), nbytes);
   if (keep > 0) {
-    call([&] { copy_bytes(addr(fresh.get()), addr(storage.data()), keep); });
+    call([&] { copy_bytes(addr(fresh.get()), addr(storage.data()), keep, false); });
   }
   storage.unsafeGetStorageImpl()->set_data_ptr_noswap(std::move(fresh));
   storage.unsafeGetStorageImpl()->set_nbytes(nbytes);

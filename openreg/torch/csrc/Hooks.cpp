@@ -1,6 +1,7 @@
 #include "OpenReg.h"
 
 #include <ATen/Context.h>
+#include <ATen/core/CachingHostAllocator.h>
 #include <ATen/detail/PrivateUse1HooksInterface.h>
 
 #include "Generator.h"

@@ -144,7 +144,7 @@ at::Tensor host_alias(const at::Tensor& t) {
 }
 
 // Copies self into dst; either (or both) is an openreg tensor, on any device.
-at::Tensor _copy_from(const at::Tensor& self, const at::Tensor& dst, bool /*non_blocking*/) {
+at::Tensor _copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
   if (dst.numel() == 0) {
     return dst;
   }
@@ -152,8 +152,9 @@ at::Tensor _copy_from(const at::Tensor& self, const at::Tensor& dst, bool /*non_
                           self.is_contiguous() && dst.is_contiguous() &&
                           self.is_conj() == dst.is_conj() && self.is_neg() == dst.is_neg();
   if (same_bytes) {
-    // One runtime copy: host to device, device to host or device to device.
-    call([&] { copy_bytes(addr(dst.data_ptr()), addr(self.data_ptr()), dst.nbytes()); });
+    // One runtime copy: queued on a stream between devices, or with pinned memory when
+    // non_blocking; otherwise done before returning.
+    call([&] { copy_bytes(addr(dst.data_ptr()), addr(self.data_ptr()), dst.nbytes(), non_blocking); });
   } else {
     // Different dtypes, strides or broadcasting: ATen's CPU copy kernel over both views.
     host_alias(dst).copy_(host_alias(self));
@@ -171,7 +172,7 @@ at::Tensor _copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) 
 // `tensor.item()`: one element, copied to the host by the runtime.
 at::Scalar _local_scalar_dense(const at::Tensor& self) {
   at::Tensor host = at::empty({}, self.options().device(at::kCPU));
-  call([&] { copy_bytes(addr(host.data_ptr()), addr(self.const_data_ptr()), self.itemsize()); });
+  call([&] { copy_bytes(addr(host.data_ptr()), addr(self.const_data_ptr()), self.itemsize(), false); });
   return at::_local_scalar_dense(host);
 }
 // ANCHOR_END: local_scalar_dense

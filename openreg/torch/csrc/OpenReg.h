@@ -6,6 +6,10 @@
 #include <c10/core/CachingDeviceAllocator.h>
 #include <c10/core/Storage.h>
 
+namespace at {
+struct HostAllocator;
+} // namespace at
+
 #include "openreg-torch/src/ffi.rs.h"
 #include "rust/cxx.h"
 
@@ -38,7 +42,7 @@ inline size_t addr(const void* ptr) {
 c10::DeviceAllocator* device_allocator();
 void resize_storage_bytes(const c10::Storage& storage, size_t nbytes);
 // HostAllocator.cpp
-c10::Allocator* host_allocator();
+at::HostAllocator* host_allocator();
 // Guard.cpp, Hooks.cpp, Minimal.cpp, Fallback.cpp
 void register_guard();
 void register_hooks();

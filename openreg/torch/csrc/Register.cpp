@@ -2,6 +2,8 @@
 
 #include "OpenReg.h"
 
+#include <ATen/core/CachingHostAllocator.h>
+
 namespace openreg {
 
 // ANCHOR: register_backend
@@ -10,6 +12,7 @@ namespace openreg {
 // failure becomes a Python exception at import. Each step is idempotent.
 void register_backend() {
   c10::SetAllocator(kOpenReg, device_allocator());
+  at::setHostAllocator(kOpenReg, host_allocator());
   register_guard();
   register_hooks();
   register_minimal_ops();

@@ -10,7 +10,10 @@ use crate::device::{
     check_device, current_device, device_count, exchange_device, set_device, synchronize_device,
 };
 use crate::error::last_error_kind;
-use crate::host_allocator::{host_free, host_malloc, is_pinned, pointer_device};
+use crate::host_allocator::{
+    empty_host_cache, host_free, host_malloc, host_stats, is_pinned, pointer_device,
+    record_host_event, reset_host_stats,
+};
 use crate::stream::{
     Event, current_stream, event_block, event_create, event_device, event_elapsed_time,
     event_query, event_record, event_synchronize, exchange_stream, new_stream, query_stream,
@@ -55,6 +58,17 @@ pub(crate) mod ffi {
         num_device_free: i64,
     }
 
+    /// Pinned host memory statistics, like `at::HostStats`.
+    #[derive(Debug, Clone, Copy, Default)]
+    struct HostStats {
+        active_requests: Stat,
+        active_bytes: Stat,
+        allocations: Stat,
+        allocated_bytes: Stat,
+        num_host_alloc: i64,
+        num_host_free: i64,
+    }
+
     struct MemoryInfo {
         free: usize,
         total: usize,
@@ -81,14 +95,18 @@ pub(crate) mod ffi {
         fn empty_cache();
         fn record_stream(ptr: usize, device: i64, stream: i64) -> Result<()>;
 
-        // Pinned host memory and pointer queries.
+        // Pinned host memory (a caching allocator) and pointer queries.
         fn host_malloc(size: usize) -> Result<usize>;
         fn host_free(ptr: usize);
+        fn record_host_event(ptr: usize, device: i64, stream: i64) -> Result<bool>;
+        fn empty_host_cache();
+        fn host_stats() -> HostStats;
+        fn reset_host_stats(peak_only: bool);
         fn is_pinned(ptr: usize) -> bool;
         fn pointer_device(ptr: usize) -> i8;
 
         // Copies, and the runtime's view of device memory.
-        fn copy_bytes(dst: usize, src: usize, len: usize) -> Result<()>;
+        fn copy_bytes(dst: usize, src: usize, len: usize, non_blocking: bool) -> Result<()>;
         fn host_view(ptr: usize, len: usize) -> Result<usize>;
 
         // Streams, named by (device, id) as in c10::Stream.
