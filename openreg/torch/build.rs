@@ -16,6 +16,7 @@ fn main() {
         "csrc/Minimal.cpp",
         "csrc/StreamOps.cpp",
         "csrc/Fallback.cpp",
+        "csrc/Serialization.cpp",
         "csrc/Register.cpp",
     ];
     let mut build = cxx_build::bridge("src/ffi.rs");

@@ -32,6 +32,24 @@ torch.utils.generate_methods_for_privateuse1_backend(
 # ANCHOR_END: setup
 
 
+# ANCHOR: dlpack
+# torch 2.15's Tensor.__dlpack_device__ knows PrivateUse1 only by its original name
+# "privateuse1" and raises after the rename; answer for our device, defer for the others.
+_torch_dlpack_device = torch.Tensor.__dlpack_device__
+
+
+def _dlpack_device(self):
+    if self.device.type == "openreg":
+        from torch.utils.dlpack import DLDeviceType
+
+        return (DLDeviceType.kDLExtDev, self.device.index or 0)
+    return _torch_dlpack_device(self)
+
+
+torch.Tensor.__dlpack_device__ = _dlpack_device
+# ANCHOR_END: dlpack
+
+
 # ANCHOR: autoload
 def _autoload():
     """Entry point for ``torch.backends``: importing this package did all the work."""

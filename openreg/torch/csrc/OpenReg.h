@@ -49,5 +49,6 @@ void register_hooks();
 void register_minimal_ops();
 void register_stream_ops();
 void register_fallback();
+void register_serialization();
 
 } // namespace openreg

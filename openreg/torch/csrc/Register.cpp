@@ -18,6 +18,7 @@ void register_backend() {
   register_minimal_ops();
   register_stream_ops();
   register_fallback();
+  register_serialization();
 }
 // ANCHOR_END: register_backend
 

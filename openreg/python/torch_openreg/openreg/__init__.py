@@ -110,6 +110,8 @@ def _lazy_init() -> None:
 # ANCHOR_END: lazy_init
 
 
+from ._legacy import *  # noqa: E402,F403
+from ._legacy import __all__ as _legacy_all  # noqa: E402
 from .random import *  # noqa: E402,F403
 from .random import __all__ as _random_all  # noqa: E402
 
@@ -123,4 +125,5 @@ __all__ = [
     "set_device",
     "synchronize",
     *_random_all,
+    *_legacy_all,
 ]
