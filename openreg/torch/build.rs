@@ -15,6 +15,7 @@ fn main() {
         "csrc/Hooks.cpp",
         "csrc/Minimal.cpp",
         "csrc/StreamOps.cpp",
+        "csrc/RandomOps.cpp",
         "csrc/Fallback.cpp",
         "csrc/Serialization.cpp",
         "csrc/Register.cpp",

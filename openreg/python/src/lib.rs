@@ -69,6 +69,13 @@ fn _synchronize(py: Python<'_>, device: i64) -> PyResult<()> {
     py.detach(|| rt::synchronize_device(device)).map_err(|e| py_err(py, e))
 }
 
+/// Creates a stream directly in the runtime, outside PyTorch (as a library using the device
+/// on its own would), and returns its id; `torch.openreg.ExternalStream` wraps it.
+#[pyfunction]
+fn _runtime_new_stream(py: Python<'_>, device: i64, priority: i32) -> PyResult<u64> {
+    rt::new_stream(device, priority).map(|s| s.id()).map_err(|e| py_err(py, e))
+}
+
 /// Queues `ms` milliseconds of busy work on the current stream of the current device, like
 /// `torch.cuda._sleep`: for tests and demonstrations of asynchrony.
 #[pyfunction]
@@ -128,6 +135,7 @@ fn openreg_c(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(exchange_device, m)?)?;
     m.add_function(wrap_pyfunction!(_synchronize, m)?)?;
     m.add_function(wrap_pyfunction!(_sleep, m)?)?;
+    m.add_function(wrap_pyfunction!(_runtime_new_stream, m)?)?;
     m.add_function(wrap_pyfunction!(_get_default_generator, m)?)?;
     Ok(())
 }

@@ -73,3 +73,42 @@ def test_bad_states():
         torch.openreg.set_rng_state_all([torch.openreg.get_rng_state()])
     with pytest.raises(RuntimeError, match="invalid device index 3"):
         torch.Generator(device="openreg:3")
+
+
+@pytest.mark.parametrize(
+    "op",
+    [
+        lambda d: torch.rand(5, device=d),
+        lambda d: torch.randn(5, device=d),
+        lambda d: torch.randint(0, 100, (5,), device=d),
+        lambda d: torch.empty(5, device=d).normal_(2.0, 3.0),
+        lambda d: torch.empty(5, device=d).uniform_(-1, 1),
+        lambda d: torch.empty(5, device=d).bernoulli_(0.5),
+        lambda d: torch.nn.functional.dropout(torch.ones(8, device=d), p=0.5),
+    ],
+)
+def test_random_ops_reproduce_after_reseeding_per_device(op):
+    torch.openreg.manual_seed_all(11)
+    first = [op(f"openreg:{i}").cpu() for i in range(2)]
+    torch.openreg.manual_seed_all(11)
+    again = [op(f"openreg:{i}").cpu() for i in range(2)]
+    assert all(torch.equal(a, b) for a, b in zip(first, again))
+    # Each device draws from its own generator: reseeding device 1 alone changes only it.
+    torch.openreg.manual_seed_all(11)
+    with torch.openreg.device(1):
+        torch.openreg.manual_seed(12)
+    mixed = [op(f"openreg:{i}").cpu() for i in range(2)]
+    assert torch.equal(mixed[0], first[0])
+    assert not torch.equal(mixed[1], first[1])
+
+
+def test_dropout_matches_its_definition_and_trains():
+    torch.openreg.manual_seed(0)
+    x = torch.randn(1000, device="openreg", requires_grad=True)
+    y = torch.nn.functional.dropout(x, p=0.25)
+    kept = y.detach().cpu() != 0
+    assert 0.6 < kept.float().mean().item() < 0.9
+    torch.testing.assert_close(y.detach().cpu()[kept], (x.detach().cpu() / 0.75)[kept])
+    y.sum().backward()
+    torch.testing.assert_close(x.grad.cpu(), kept.float() / 0.75)
+    assert torch.equal(torch.nn.functional.dropout(x, p=0.25, training=False).detach().cpu(), x.detach().cpu())

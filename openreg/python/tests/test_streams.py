@@ -4,6 +4,7 @@ import threading
 
 import pytest
 import torch
+import torch_openreg
 
 
 def test_streams_and_current_stream():
@@ -102,3 +103,16 @@ def test_device_to_device_copies_are_queued_and_ordered():
         assert not s.query()
         z = y.to("openreg:1")  # across devices: waits for s, then runs on openreg:1's stream
     assert torch.equal(z.cpu(), torch.arange(1 << 20, dtype=torch.float32))
+
+
+def test_external_streams_made_by_the_runtime():
+    stream_id = torch_openreg._C._runtime_new_stream(1, 0)  # created outside PyTorch
+    s = torch.openreg.ExternalStream(stream_id, device=1)
+    assert s.stream_id == stream_id and s.device == torch.device("openreg:1")
+    with s:
+        assert torch.accelerator.current_stream(1) == s
+        torch.openreg._sleep(50)
+    assert not s.query()
+    s.synchronize()
+    with pytest.raises(ValueError, match="openreg:1 has no stream with id 999999"):
+        torch.openreg.ExternalStream(999999, device=1).query()

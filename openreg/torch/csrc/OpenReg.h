@@ -48,6 +48,7 @@ void register_guard();
 void register_hooks();
 void register_minimal_ops();
 void register_stream_ops();
+void register_random_ops();
 void register_fallback();
 void register_serialization();
 

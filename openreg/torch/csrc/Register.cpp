@@ -17,6 +17,7 @@ void register_backend() {
   register_hooks();
   register_minimal_ops();
   register_stream_ops();
+  register_random_ops();
   register_fallback();
   register_serialization();
 }

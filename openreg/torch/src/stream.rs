@@ -92,3 +92,20 @@ pub(crate) fn event_device(event: &Event) -> i8 {
 pub(crate) fn event_elapsed_time(start: &Event, end: &Event) -> Result<f64> {
     Ok(start.0.elapsed_time(&end.0)?)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_pool_hands_out_a_few_streams_round_robin() {
+        let ids: Vec<i64> = (0..2 * POOL_SIZE).map(|_| stream_from_pool(1, true).unwrap()).collect();
+        let distinct: std::collections::BTreeSet<_> = ids.iter().collect();
+        assert_eq!(distinct.len(), POOL_SIZE, "{ids:?}");
+        assert_eq!(stream_priority(1, ids[0]).unwrap(), rt::stream::HIGHEST_PRIORITY);
+        let low = stream_from_pool(1, false).unwrap();
+        assert!(!distinct.contains(&low));
+        assert_eq!(stream_priority(1, low).unwrap(), rt::stream::LOWEST_PRIORITY);
+        assert!(stream_from_pool(5, false).is_err());
+    }
+}

@@ -50,6 +50,17 @@ def synchronize(device=None) -> None:
     _C._synchronize(_device_index(device, optional=True))
 
 
+# ANCHOR: external_stream
+def ExternalStream(stream_id: int, device=None) -> torch.Stream:
+    """A ``torch.Stream`` for a stream the runtime created outside PyTorch (for example by
+    another library using the device); like ``torch.cuda.ExternalStream``, PyTorch only
+    refers to it and never owns it."""
+    index = _device_index(device, optional=True)
+    device_type = torch.accelerator.current_stream(index).device_type  # PrivateUse1's number
+    return torch.Stream(stream_id=stream_id, device_index=index, device_type=device_type)
+# ANCHOR_END: external_stream
+
+
 def _sleep(ms: int) -> None:
     """Queues `ms` milliseconds of work on the current stream (like ``torch.cuda._sleep``)."""
     _C._sleep(ms)
@@ -119,6 +130,7 @@ __all__ = [
     "current_device",
     "device",
     "device_count",
+    "ExternalStream",
     "init",
     "is_available",
     "is_initialized",
