@@ -14,7 +14,8 @@ from conftest import ROOT
 
 HTML = ROOT / "book" / "html"
 CHROMIUM = os.environ.get("OPENREG_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
-CHAPTERS = ["introduction", "architecture", "device", "hooks", "autoload"]
+CHAPTERS = ["introduction", "architecture", "device", "hooks", "memory", "streams", "generator",
+            "autoload", "frontend", "serialization"]
 # Flags for a sandboxed, offline machine running as root.
 FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync"]
@@ -58,7 +59,7 @@ def test_chapter_loads_cleanly_with_highlighted_code(site, browser, chapter):
     page.close()
 
 
-@pytest.mark.parametrize("chapter", ["architecture", "hooks"])
+@pytest.mark.parametrize("chapter", ["architecture", "hooks", "streams"])
 def test_diagrams_render(site, browser, chapter):
     page, errors = open_page(browser, f"{site}/{chapter}.html")
     widths = page.eval_on_selector_all("img.diagram", "imgs => imgs.map(i => i.naturalWidth)")
