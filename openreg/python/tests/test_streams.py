@@ -116,3 +116,16 @@ def test_external_streams_made_by_the_runtime():
     s.synchronize()
     with pytest.raises(ValueError, match="openreg:1 has no stream with id 999999"):
         torch.openreg.ExternalStream(999999, device=1).query()
+
+
+def test_waiting_on_an_unrecorded_event_returns_at_once():
+    # PyTorch (like CUDA) defines waiting on a never-recorded event as a no-op: no hang.
+    e = torch.Event(device="openreg")
+    s = torch.Stream(device="openreg")
+    s.wait_event(e)
+    e.wait(s)
+    s.synchronize()
+    assert s.query()
+    start, end = torch.Event(device="openreg", enable_timing=True), torch.Event(device="openreg", enable_timing=True)
+    with pytest.raises(ValueError, match="Both events must be recorded before calculating elapsed time"):
+        start.elapsed_time(end)

@@ -167,3 +167,12 @@ def test_pin_memory():
     assert torch.equal(p.to("openreg").cpu(), t)
     with pytest.raises(RuntimeError, match="only CPU tensors can be pinned"):
         torch.empty(2, device="openreg", pin_memory=True)
+
+
+def test_packed_sequence_methods():
+    from torch.nn.utils.rnn import pack_padded_sequence
+
+    packed = pack_padded_sequence(torch.randn(3, 2, 4), torch.tensor([3, 2]))
+    moved = packed.openreg()
+    assert moved.is_openreg and moved.data.device == torch.device("openreg:0")
+    assert torch.equal(moved.data.cpu(), packed.data)
