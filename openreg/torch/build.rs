@@ -16,6 +16,7 @@ fn main() {
         "csrc/Minimal.cpp",
         "csrc/StreamOps.cpp",
         "csrc/RandomOps.cpp",
+        "csrc/CustomOps.cpp",
         "csrc/Fallback.cpp",
         "csrc/Serialization.cpp",
         "csrc/Register.cpp",

@@ -49,6 +49,7 @@ void register_hooks();
 void register_minimal_ops();
 void register_stream_ops();
 void register_random_ops();
+void register_custom_ops();
 void register_fallback();
 void register_serialization();
 

@@ -18,6 +18,7 @@ void register_backend() {
   register_minimal_ops();
   register_stream_ops();
   register_random_ops();
+  register_custom_ops();
   register_fallback();
   register_serialization();
 }

@@ -334,6 +334,9 @@ impl DeviceCache {
     // ANCHOR: empty_cache
     /// Gives every wholly free segment back to the runtime.
     fn release_free_segments(&mut self) {
+        // Queued kernels may still write to blocks freed since they were launched: wait for
+        // the device before its memory can go to someone else.
+        let _ = rt::synchronize_device(self.device as i64);
         self.process_pending();
         let whole: Vec<(usize, usize)> = self
             .segments

@@ -10,6 +10,7 @@ use crate::device::{
     check_device, current_device, device_count, exchange_device, set_device, synchronize_device,
 };
 use crate::error::last_error_kind;
+use crate::kernels::launch_abs_f32;
 use crate::host_allocator::{
     empty_host_cache, host_free, host_malloc, host_stats, is_pinned, pointer_device,
     record_host_event, reset_host_stats,
@@ -108,6 +109,9 @@ pub(crate) mod ffi {
         // Copies, and the runtime's view of device memory.
         fn copy_bytes(dst: usize, src: usize, len: usize, non_blocking: bool) -> Result<()>;
         fn host_view(ptr: usize, len: usize) -> Result<usize>;
+
+        // Kernels, queued on the device's current stream.
+        fn launch_abs_f32(dst: usize, src: usize, n: usize, device: i64) -> Result<()>;
 
         // Streams, named by (device, id) as in c10::Stream.
         fn current_stream(device: i64) -> Result<i64>;

@@ -11,6 +11,7 @@ mod device;
 pub mod error;
 mod ffi;
 mod host_allocator;
+mod kernels;
 mod stream;
 
 /// The torch release the C++ glue was compiled against; the Python package checks it at import.

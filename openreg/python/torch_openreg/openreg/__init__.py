@@ -121,6 +121,7 @@ def _lazy_init() -> None:
 # ANCHOR_END: lazy_init
 
 
+from . import custom_ops  # noqa: E402,F401  (Meta kernels and autograd of openreg::)
 from ._legacy import *  # noqa: E402,F403
 from ._legacy import __all__ as _legacy_all  # noqa: E402
 from .random import *  # noqa: E402,F403
