@@ -32,11 +32,21 @@ def build_times() -> str:
                           capture_output=True, text=True).stdout
 
 
+def bench() -> str:
+    out = subprocess.run([PY, str(ROOT / "bench/bench.py")], check=True, cwd=ROOT,
+                         capture_output=True, text=True).stdout
+    # The first line names the exact torch build; the rest is the table.
+    return "\n".join(out.splitlines()[1:]) + "\n"
+
+
 # ANCHOR: outputs
 # name -> (producer, the files whose change makes the shown output stale)
 OUTPUTS = {
     "runpath": (runpath, ["openreg/python/build.rs", "openreg/torch/build.rs",
                           "openreg/torch-build/src/lib.rs", "book-tests/generate.py"]),
+    "bench": (bench, ["bench/bench.py", "openreg/runtime/src/copy.rs", "openreg/runtime/src/memory.rs",
+                      "openreg/torch/src/allocator.rs", "openreg/torch/src/host_allocator.rs",
+                      "openreg/torch/src/copy.rs", "book-tests/generate.py"]),
     "build-times": (build_times, ["bench/build_times.py", "openreg/torch/build.rs",
                                   "openreg/torch-build/src/lib.rs", "Cargo.toml",
                                   ".cargo/config.toml", "book-tests/generate.py"]),
