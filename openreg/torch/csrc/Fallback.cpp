@@ -6,6 +6,10 @@
 #include <ATen/native/CPUFallback.h>
 #include <torch/library.h>
 
+#include <cstdlib>
+#include <sstream>
+#include <unordered_set>
+
 #include "Generator.h"
 
 namespace openreg {
@@ -20,8 +24,37 @@ bool is_generator(const c10::Argument& argument) {
   return optional && optional->getElementType()->kind() == c10::TypeKind::GeneratorType;
 }
 
+// ANCHOR: blocklist
+// Operators that must not run on the CPU silently: `abs` has a kernel of its own (the STUB
+// in Stubs.cpp), so reaching the fallback would mean that kernel is missing. Users add names
+// with OPENREG_FALLBACK_BLOCKLIST="aten::mul.Tensor,aten::sum" to find what still falls back.
+const std::unordered_set<std::string>& blocklist() {
+  static const std::unordered_set<std::string> names = [] {
+    std::unordered_set<std::string> set{"aten::abs", "aten::abs.out"};
+    if (const char* extra = std::getenv("OPENREG_FALLBACK_BLOCKLIST")) {
+      std::stringstream list(extra);
+      for (std::string name; std::getline(list, name, ',');) {
+        if (!name.empty()) {
+          set.insert(name);
+        }
+      }
+    }
+    return set;
+  }();
+  return names;
+}
+
+std::string full_name(const c10::OperatorName& name) {
+  return name.overload_name.empty() ? name.name : name.name + "." + name.overload_name;
+}
+// ANCHOR_END: blocklist
+
 // ANCHOR: fallback
 void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const std::string name = full_name(op.schema().operator_name());
+  TORCH_CHECK_NOT_IMPLEMENTED(!blocklist().contains(name), "Operator '", name,
+                              "' is not implemented for device openreg and may not fall back "
+                              "to the CPU (see OPENREG_FALLBACK_BLOCKLIST)");
   const auto& arguments = op.schema().arguments();
   const size_t first = stack->size() - arguments.size();
 
@@ -78,14 +111,22 @@ void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
 
 } // namespace
 
+// ANCHOR: register_fallback
 void register_fallback() {
-  static torch::Library library(torch::Library::IMPL,
-                                "_", c10::DispatchKey::PrivateUse1, __FILE__, __LINE__);
+  // Global: every operator without an openreg kernel.
+  static torch::Library global(torch::Library::IMPL, "_", c10::DispatchKey::PrivateUse1,
+                               __FILE__, __LINE__);
+  // Per operator: the same boxed function, registered as the kernel of one operator (it then
+  // shows in the dispatch table as that operator's PrivateUse1 kernel).
+  static torch::Library single(torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1,
+                               __FILE__, __LINE__);
   static bool registered = [] {
-    library.fallback(torch::CppFunction::makeFromBoxedFunction<&cpu_fallback>());
+    global.fallback(torch::CppFunction::makeFromBoxedFunction<&cpu_fallback>());
+    single.impl("sub.Tensor", torch::CppFunction::makeFromBoxedFunction<&cpu_fallback>());
     return true;
   }();
   (void)registered;
 }
+// ANCHOR_END: register_fallback
 
 } // namespace openreg

@@ -127,6 +127,8 @@ at::Tensor& set_source_Tensor_(at::Tensor& self, const at::Tensor& source) {
   return at::native::set_tensor_(self, source);
 }
 
+} // namespace
+
 // ANCHOR: copy
 // A CPU tensor over the same bytes as `t`: for device tensors, through the runtime's
 // read/write view of device memory (host_view also checks the range and waits for the stream).
@@ -142,6 +144,8 @@ at::Tensor host_alias(const at::Tensor& t) {
   alias._set_neg(t.is_neg());
   return alias;
 }
+
+namespace {
 
 // Copies self into dst; either (or both) is an openreg tensor, on any device.
 at::Tensor _copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {

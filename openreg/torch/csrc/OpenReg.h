@@ -8,6 +8,7 @@
 
 namespace at {
 struct HostAllocator;
+class Tensor;
 } // namespace at
 
 #include "openreg-torch/src/ffi.rs.h"
@@ -41,6 +42,9 @@ inline size_t addr(const void* ptr) {
 // DeviceAllocator.cpp
 c10::DeviceAllocator* device_allocator();
 void resize_storage_bytes(const c10::Storage& storage, size_t nbytes);
+// Minimal.cpp: a CPU tensor over the same bytes (through the runtime's view for device
+// tensors, after waiting for the current stream).
+at::Tensor host_alias(const at::Tensor& t);
 // HostAllocator.cpp
 at::HostAllocator* host_allocator();
 // Guard.cpp, Hooks.cpp, Minimal.cpp, Fallback.cpp
@@ -50,6 +54,7 @@ void register_minimal_ops();
 void register_stream_ops();
 void register_random_ops();
 void register_custom_ops();
+void register_stubs();
 void register_fallback();
 void register_serialization();
 

@@ -1,0 +1,53 @@
+// Kernels plugged into ATen's DispatchStubs. Many ATen operators (abs, and most pointwise
+// ones) are one generic function that builds a TensorIterator and calls a per-device "stub";
+// registering our function for the stub's PrivateUse1 slot, and the operator's `out` kernel as
+// that generic function, gives the operator an openreg kernel without writing it again.
+
+#include "OpenReg.h"
+
+#include <ATen/TensorIterator.h>
+#include <ATen/native/UnaryOps.h>
+#include <ATen/ops/abs.h>
+#include <ATen/ops/abs_native.h>
+#include <torch/library.h>
+
+namespace openreg {
+namespace {
+
+// ANCHOR: abs_kernel
+void abs_kernel(at::TensorIteratorBase& iter) {
+  // The case the Rust kernel handles: float32, all operands contiguous.
+  if (iter.common_dtype() == at::kFloat && iter.is_contiguous() && iter.ntensors() == 2) {
+    call([&] {
+      launch_abs_f32(addr(iter.data_ptr(0)), addr(iter.data_ptr(1)), iter.numel(),
+                     iter.device().index());
+    });
+    return;
+  }
+  // Anything else runs ATen's CPU kernel over the runtime's view of the operands: correct,
+  // synchronous, and said once, so the missing fast path is visible.
+  TORCH_WARN_ONCE("openreg: abs for ", iter.common_dtype(),
+                  " or non-contiguous tensors runs on the host, synchronously");
+  at::Tensor out = host_alias(at::Tensor(iter.tensor_base(0)));
+  at::abs_out(out, host_alias(at::Tensor(iter.tensor_base(1))));
+}
+// ANCHOR_END: abs_kernel
+
+} // namespace
+
+// ANCHOR: register_stubs
+void register_stubs() {
+  static torch::Library library(torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1,
+                                __FILE__, __LINE__);
+  static bool registered = [] {
+    // What REGISTER_PRIVATEUSE1_DISPATCH(abs_stub, &abs_kernel) does, without a static object
+    // that the linker could drop.
+    at::native::abs_stub.set_privateuse1_dispatch_ptr(&abs_kernel);
+    library.impl("abs.out", TORCH_FN(at::native::abs_out));
+    return true;
+  }();
+  (void)registered;
+}
+// ANCHOR_END: register_stubs
+
+} // namespace openreg
