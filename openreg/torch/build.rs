@@ -17,6 +17,7 @@ fn main() {
         "csrc/StreamOps.cpp",
         "csrc/RandomOps.cpp",
         "csrc/CustomOps.cpp",
+        "csrc/AutogradOps.cpp",
         "csrc/Stubs.cpp",
         "csrc/Fallback.cpp",
         "csrc/Serialization.cpp",

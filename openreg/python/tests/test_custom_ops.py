@@ -49,3 +49,14 @@ def test_opcheck():
 def test_other_dtypes_are_a_clear_error():
     with pytest.raises(TypeError, match="openreg::custom_abs supports float32 tensors, got Long"):
         torch.ops.openreg.custom_abs(torch.arange(3, device="openreg"))
+
+
+@pytest.mark.parametrize("name", ["custom_autograd_fn_returns_self", "custom_autograd_fn_aliasing"])
+def test_cpp_autograd_functions(name):
+    op = getattr(torch.ops.openreg, name)
+    assert torch._C._dispatch_has_kernel_for_dispatch_key(f"openreg::{name}", "AutogradPrivateUse1")
+    x = torch.randn(4, device="openreg", requires_grad=True)
+    y = op(x)
+    assert y.data_ptr() == x.data_ptr(), "returns the input (or a view of it), no copy"
+    (y * 3).sum().backward()
+    assert torch.equal(x.grad.cpu(), torch.full((4,), 1.5))  # the custom backward halves 3

@@ -54,6 +54,7 @@ void register_minimal_ops();
 void register_stream_ops();
 void register_random_ops();
 void register_custom_ops();
+void register_autograd_ops();
 void register_stubs();
 void register_fallback();
 void register_serialization();

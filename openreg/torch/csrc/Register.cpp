@@ -19,6 +19,7 @@ void register_backend() {
   register_stream_ops();
   register_random_ops();
   register_custom_ops();
+  register_autograd_ops();
   register_stubs();
   register_fallback();
   register_serialization();
