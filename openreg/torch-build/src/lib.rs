@@ -79,7 +79,9 @@ impl Torch {
             // Torch's headers are noisy under -Wall; our own code is small enough to review.
             .flag_if_supported("-Wno-unused-parameter")
             .flag_if_supported("-Wno-missing-field-initializers")
-            .flag_if_supported("-Wno-deprecated-declarations");
+            .flag_if_supported("-Wno-deprecated-declarations")
+            // ATen's CachingHostAllocator.h aligns to hardware_destructive_interference_size.
+            .flag_if_supported("-Wno-interference-size");
     }
 
     /// Links the two torch libraries the glue uses.
