@@ -19,6 +19,9 @@ fn main() {
         "csrc/CustomOps.cpp",
         "csrc/AutogradOps.cpp",
         "csrc/Stubs.cpp",
+        "csrc/Pointwise.cpp",
+        "csrc/Reduce.cpp",
+        "csrc/Matmul.cpp",
         "csrc/Fallback.cpp",
         "csrc/Serialization.cpp",
         "csrc/Register.cpp",
@@ -28,7 +31,7 @@ fn main() {
     build.files(sources).include("csrc").compile("openreg_torch_glue");
     torch.link();
 
-    for file in sources.iter().chain(&["csrc/OpenReg.h", "csrc/Generator.h", "csrc/Register.h"]) {
+    for file in sources.iter().chain(&["csrc/OpenReg.h", "csrc/Generator.h", "csrc/Register.h", "csrc/Structured.h"]) {
         println!("cargo:rerun-if-changed={file}");
     }
     // Handed to the Python crate's build script (DEP_OPENREG_TORCH_*), and to the Rust code.

@@ -86,6 +86,17 @@ fn _sleep(py: Python<'_>, ms: u64) -> PyResult<()> {
         .map_err(|e| py_err(py, e))
 }
 
+/// How often each operator ran on the CPU instead of in an openreg kernel.
+#[pyfunction]
+fn _fallback_counts() -> Vec<(String, u64)> {
+    openreg_torch::fallback_counts()
+}
+
+#[pyfunction]
+fn _reset_fallback_counts() {
+    openreg_torch::reset_fallback_counts()
+}
+
 /// The default `torch.Generator` of `device`.
 #[pyfunction]
 fn _get_default_generator<'py>(py: Python<'py>, device: i64) -> PyResult<Bound<'py, PyAny>> {
@@ -135,6 +146,8 @@ fn openreg_c(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(exchange_device, m)?)?;
     m.add_function(wrap_pyfunction!(_synchronize, m)?)?;
     m.add_function(wrap_pyfunction!(_sleep, m)?)?;
+    m.add_function(wrap_pyfunction!(_fallback_counts, m)?)?;
+    m.add_function(wrap_pyfunction!(_reset_fallback_counts, m)?)?;
     m.add_function(wrap_pyfunction!(_runtime_new_stream, m)?)?;
     m.add_function(wrap_pyfunction!(_get_default_generator, m)?)?;
     Ok(())

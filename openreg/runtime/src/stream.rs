@@ -199,12 +199,17 @@ impl Stream {
     // ANCHOR_END: launch
 
     /// Runs `task` on the calling thread at once if the stream is idle, else enqueues it.
-    /// Used for markers (event records) that need no thread hop when nothing is pending.
-    pub(crate) fn run_or_launch(&self, task: impl FnOnce() + Send + 'static) -> Result<()> {
+    /// Used for markers (event records) and small kernels, which need no thread hop when
+    /// nothing is pending: running now, under the queue lock, keeps the stream's order.
+    pub fn run_or_launch(&self, task: impl FnOnce() + Send + 'static) -> Result<()> {
         let q = self.lock();
         if q.submitted == q.completed {
-            task();
-            return Ok(());
+            // A panic must not unwind into the caller (C++): report it like a worker would.
+            return catch_unwind(AssertUnwindSafe(task)).map_err(|panic| Error::StreamFailed {
+                stream: self.0.id,
+                device: self.0.device,
+                message: panic_message(&*panic),
+            });
         }
         drop(q);
         self.launch(task)
@@ -270,15 +275,18 @@ fn worker(inner: &Inner) {
         let outcome = catch_unwind(AssertUnwindSafe(task));
         q = inner.queue.lock().unwrap_or_else(|e| e.into_inner());
         if let Err(panic) = outcome {
-            let message = panic
-                .downcast_ref::<&str>()
-                .map(|s| s.to_string())
-                .or_else(|| panic.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "a task panicked".into());
-            q.error.get_or_insert(message);
+            q.error.get_or_insert(panic_message(&*panic));
         }
         q.completed += 1;
         inner.done.notify_all();
     }
 }
 // ANCHOR_END: worker
+
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a task panicked".into())
+}

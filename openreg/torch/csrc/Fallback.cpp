@@ -11,6 +11,7 @@
 #include <unordered_set>
 
 #include "Generator.h"
+#include "Structured.h"
 
 namespace openreg {
 namespace {
@@ -55,6 +56,9 @@ void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   TORCH_CHECK_NOT_IMPLEMENTED(!blocklist().contains(name), "Operator '", name,
                               "' is not implemented for device openreg and may not fall back "
                               "to the CPU (see OPENREG_FALLBACK_BLOCKLIST)");
+  if (record_fallback(name) && warn_fallback()) {
+    TORCH_WARN("openreg: ", name, " has no openreg kernel; it runs on the CPU (copied there and back)");
+  }
   const auto& arguments = op.schema().arguments();
   const size_t first = stack->size() - arguments.size();
 
@@ -111,6 +115,26 @@ void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
 
 } // namespace
 
+// ANCHOR: note_host_path
+// Every CPU run is counted (torch.openreg.fallback_counts()); with OPENREG_WARN_FALLBACK=1 the
+// first of each kind is also a warning.
+bool warn_fallback() {
+  static const bool warn = [] {
+    const char* v = std::getenv("OPENREG_WARN_FALLBACK");
+    return v != nullptr && std::string(v) == "1";
+  }();
+  return warn;
+}
+
+void note_host_path(const char* op, c10::ScalarType dtype) {
+  const std::string name = std::string("aten::") + op + " (" + c10::toString(dtype) + ")";
+  if (record_fallback(name) && warn_fallback()) {
+    TORCH_WARN("openreg: ", name, " has no openreg kernel for this dtype; it runs ATen's CPU "
+               "kernel on the host, synchronously");
+  }
+}
+// ANCHOR_END: note_host_path
+
 // ANCHOR: register_fallback
 void register_fallback() {
   // Global: every operator without an openreg kernel.
@@ -122,7 +146,7 @@ void register_fallback() {
                                __FILE__, __LINE__);
   static bool registered = [] {
     global.fallback(torch::CppFunction::makeFromBoxedFunction<&cpu_fallback>());
-    single.impl("sub.Tensor", torch::CppFunction::makeFromBoxedFunction<&cpu_fallback>());
+    single.impl("addcmul", torch::CppFunction::makeFromBoxedFunction<&cpu_fallback>());
     return true;
   }();
   (void)registered;

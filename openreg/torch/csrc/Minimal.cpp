@@ -1,7 +1,7 @@
 // The minimal set of operators every PrivateUse1 backend registers: tensor creation, views,
 // resizing, copies and reading one scalar. Everything else can go through the fallback.
 
-#include "OpenReg.h"
+#include "Structured.h"
 
 #include <ATen/EmptyTensor.h>
 #include <ATen/native/Resize.h>
@@ -129,6 +129,28 @@ at::Tensor& set_source_Tensor_(at::Tensor& self, const at::Tensor& source) {
 
 } // namespace
 
+// For structured kernels' outputs: empty_strided without a trip through the dispatcher.
+at::Tensor create_out(c10::IntArrayRef sizes, c10::IntArrayRef strides,
+                      const c10::TensorOptions& options) {
+  const c10::DeviceGuard guard(options.device());
+  const auto dtype = c10::typeMetaToScalarType(options.dtype());
+  if (strides.empty()) {
+    return at::detail::empty_generic(sizes, device_allocator(), kKeys, dtype, std::nullopt);
+  }
+  return at::detail::empty_strided_generic(sizes, strides, device_allocator(), kKeys, dtype);
+}
+
+void resize_out(const at::Tensor& out, c10::IntArrayRef sizes, c10::IntArrayRef strides,
+                const c10::TensorOptions& options) {
+  TORCH_CHECK(options.dtype() == out.dtype(), "Expected out tensor to have dtype ",
+              options.dtype(), ", but got ", out.dtype(), " instead");
+  TORCH_CHECK(options.device() == out.device(), "Expected out tensor to have device ",
+              options.device(), ", but got ", out.device(), " instead");
+  if (at::native::resize_output(out, sizes) && !strides.empty()) {
+    out.as_strided_(sizes, strides);
+  }
+}
+
 // ANCHOR: copy
 // A CPU tensor over the same bytes as `t`: for device tensors, through the runtime's
 // read/write view of device memory (host_view also checks the range and waits for the stream).
@@ -147,6 +169,23 @@ at::Tensor host_alias(const at::Tensor& t) {
 
 namespace {
 
+// A copy within one device that changes dtype (between float32, float16 and bfloat16),
+// strides or broadcasts: the Rust copy kernel, on the current stream. False if it does not apply.
+bool same_device_copy(const at::Tensor& self, const at::Tensor& dst) {
+  if (self.device() != dst.device() || self.is_conj() != dst.is_conj() ||
+      self.is_neg() != dst.is_neg()) {
+    return false;
+  }
+  auto iter = at::TensorIteratorConfig()
+                  .add_output(dst)
+                  .add_const_input(self)
+                  .resize_outputs(false)
+                  .check_all_same_dtype(false)
+                  .check_all_same_device(false)
+                  .build();
+  return run_pointwise(iter, Pointwise::Copy);
+}
+
 // Copies self into dst; either (or both) is an openreg tensor, on any device.
 at::Tensor _copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
   if (dst.numel() == 0) {
@@ -159,8 +198,9 @@ at::Tensor _copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_bl
     // One runtime copy: queued on a stream between devices, or with pinned memory when
     // non_blocking; otherwise done before returning.
     call([&] { copy_bytes(addr(dst.data_ptr()), addr(self.data_ptr()), dst.nbytes(), non_blocking); });
-  } else {
-    // Different dtypes, strides or broadcasting: ATen's CPU copy kernel over both views.
+  } else if (!same_device_copy(self, dst)) {
+    // Between host and device, or devices, with different dtypes, strides or broadcasting:
+    // ATen's CPU copy kernel over both views.
     host_alias(dst).copy_(host_alias(self));
   }
   return dst;

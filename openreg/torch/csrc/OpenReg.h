@@ -56,6 +56,9 @@ void register_random_ops();
 void register_custom_ops();
 void register_autograd_ops();
 void register_stubs();
+void register_pointwise_ops();
+void register_reductions();
+void register_matmul();
 void register_fallback();
 void register_serialization();
 

@@ -4,6 +4,9 @@
 
 #include <ATen/core/CachingHostAllocator.h>
 
+#include <cstdlib>
+#include <string>
+
 namespace openreg {
 
 // ANCHOR: register_backend
@@ -21,6 +24,14 @@ void register_backend() {
   register_custom_ops();
   register_autograd_ops();
   register_stubs();
+  // OPENREG_NATIVE_KERNELS=0 leaves these operators to the fallback (to measure what the
+  // Rust kernels buy).
+  const char* native = std::getenv("OPENREG_NATIVE_KERNELS");
+  if (native == nullptr || std::string(native) != "0") {
+    register_pointwise_ops();
+    register_reductions();
+    register_matmul();
+  }
   register_fallback();
   register_serialization();
 }

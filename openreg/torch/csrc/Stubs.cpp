@@ -3,7 +3,7 @@
 // registering our function for the stub's PrivateUse1 slot, and the operator's `out` kernel as
 // that generic function, gives the operator an openreg kernel without writing it again.
 
-#include "OpenReg.h"
+#include "Structured.h"
 
 #include <ATen/TensorIterator.h>
 #include <ATen/native/UnaryOps.h>
@@ -16,18 +16,13 @@ namespace {
 
 // ANCHOR: abs_kernel
 void abs_kernel(at::TensorIteratorBase& iter) {
-  // The case the Rust kernel handles: float32, all operands contiguous.
-  if (iter.common_dtype() == at::kFloat && iter.is_contiguous() && iter.ntensors() == 2) {
-    call([&] {
-      launch_abs_f32(addr(iter.data_ptr(0)), addr(iter.data_ptr(1)), iter.numel(),
-                     iter.device().index());
-    });
+  // float32, float16 and bfloat16, any strides: the Rust kernel, on the current stream.
+  if (run_pointwise(iter, Pointwise::Abs)) {
     return;
   }
   // Anything else runs ATen's CPU kernel over the runtime's view of the operands: correct,
   // synchronous, and said once, so the missing fast path is visible.
-  TORCH_WARN_ONCE("openreg: abs for ", iter.common_dtype(),
-                  " or non-contiguous tensors runs on the host, synchronously");
+  note_host_path("abs", iter.common_dtype());
   at::Tensor out = host_alias(at::Tensor(iter.tensor_base(0)));
   at::abs_out(out, host_alias(at::Tensor(iter.tensor_base(1))));
 }

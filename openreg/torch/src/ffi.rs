@@ -10,7 +10,8 @@ use crate::device::{
     check_device, current_device, device_count, exchange_device, set_device, synchronize_device,
 };
 use crate::error::last_error_kind;
-use crate::kernels::launch_abs_f32;
+use crate::fallback::record_fallback;
+use crate::kernels::{launch_abs_f32, launch_matmul, launch_pointwise, launch_reduction, pointwise_supported};
 use crate::host_allocator::{
     empty_host_cache, host_free, host_malloc, host_stats, is_pinned, pointer_device,
     record_host_event, reset_host_stats,
@@ -75,6 +76,42 @@ pub(crate) mod ffi {
         total: usize,
     }
 
+    /// An elementwise operation of the Rust kernels (`kernels/elementwise.rs`).
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    enum Pointwise {
+        Copy,
+        Fill,
+        Add,
+        Mul,
+        Div,
+        Maximum,
+        Minimum,
+        ThresholdBackward,
+        Neg,
+        Abs,
+        Exp,
+        Relu,
+        Sigmoid,
+        Tanh,
+    }
+
+    /// A reduction of the Rust kernels (`kernels/reduce.rs`).
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    enum Reduction {
+        Sum,
+        Mean,
+        Amax,
+    }
+
+    /// A (batch of) matrices in device memory: address and strides in elements.
+    #[derive(Debug, Clone, Copy)]
+    struct Matrix {
+        data: usize,
+        batch_stride: i64,
+        row_stride: i64,
+        col_stride: i64,
+    }
+
     extern "Rust" {
         fn last_error_kind() -> ErrorKind;
 
@@ -112,6 +149,41 @@ pub(crate) mod ffi {
 
         // Kernels, queued on the device's current stream.
         fn launch_abs_f32(dst: usize, src: usize, n: usize, device: i64) -> Result<()>;
+        /// Counts a CPU run of an operator; true the first time.
+        fn record_fallback(name: &str) -> bool;
+        fn pointwise_supported(op: Pointwise, dtypes: &[i8]) -> bool;
+        fn launch_pointwise(
+            op: Pointwise,
+            scalar: f64,
+            data: &[usize],
+            dtypes: &[i8],
+            constants: &[f64],
+            shape: &[i64],
+            strides: &[i64],
+            device: i64,
+        ) -> Result<()>;
+        fn launch_reduction(
+            op: Reduction,
+            count: f64,
+            data: &[usize],
+            dtypes: &[i8],
+            shape: &[i64],
+            strides: &[i64],
+            device: i64,
+        ) -> Result<()>;
+        fn launch_matmul(
+            dtype: i8,
+            batch: i64,
+            m: i64,
+            n: i64,
+            k: i64,
+            out: Matrix,
+            a: Matrix,
+            b: Matrix,
+            alpha: f64,
+            beta: f64,
+            device: i64,
+        ) -> Result<()>;
 
         // Streams, named by (device, id) as in c10::Stream.
         fn current_stream(device: i64) -> Result<i64>;

@@ -1,11 +1,22 @@
 //! Kernels written in Rust, launched on the current stream of their device. A kernel
 //! receives device addresses, checks and translates them to the runtime's view when it is
-//! launched, and runs later on the stream's worker.
+//! launched, and runs later on the stream's worker (or at once, when the stream is idle and
+//! the work is small: a thread hop would cost more than the kernel).
+
+mod dtype;
+mod elementwise;
+mod matmul;
+mod reduce;
+mod walk;
 
 use openreg_runtime as rt;
 use rayon::prelude::*;
 
-use crate::error::Result;
+use crate::error::{Failure, Result};
+use crate::ffi::ffi::{Matrix, Pointwise, Reduction};
+use dtype::Dtype;
+use elementwise::{Elementwise, Source};
+use walk::Layout;
 
 /// Elements per parallel chunk: below this a kernel runs on the stream's worker alone.
 const CHUNK: usize = 1 << 16;
@@ -34,3 +45,141 @@ pub(crate) fn launch_abs_f32(dst: usize, src: usize, n: usize, device: i64) -> R
     Ok(())
 }
 // ANCHOR_END: abs
+
+/// Work below this many elements runs on the calling thread when the stream is idle.
+const INLINE: usize = 1 << 20;
+
+// ANCHOR: launch
+/// Queues `task` on `device`'s current stream; small work on an idle stream runs right away.
+fn launch(device: i64, elements: usize, task: impl FnOnce() + Send + 'static) -> Result<()> {
+    let stream = rt::current_stream(device)?;
+    if elements <= INLINE {
+        stream.run_or_launch(task)?;
+    } else {
+        stream.launch(task)?;
+    }
+    Ok(())
+}
+// ANCHOR_END: launch
+
+/// The runtime's address of `len` bytes at device address `ptr`, checked to lie in one live
+/// allocation (an error, not a crash, if the tensor's metadata points elsewhere).
+fn view(ptr: usize, len: usize) -> Result<usize> {
+    if len == 0 {
+        return Ok(ptr);
+    }
+    Ok(rt::host_view(ptr as *const u8, len)? as usize)
+}
+
+fn unsupported(what: &str, code: i8) -> Failure {
+    Failure::from(rt::Error::InvalidValue(format!("openreg kernels do not compute {what} in dtype code {code}")))
+}
+
+/// True if [`launch_pointwise`] computes `op` with these operand dtypes (output first):
+/// float32, float16 and bfloat16 in any mix, and copies of any dtype to the same dtype.
+pub(crate) fn pointwise_supported(op: Pointwise, dtypes: &[i8]) -> bool {
+    let Some(inputs) = elementwise::arity(op) else { return false };
+    if dtypes.len() != inputs + 1 {
+        return false;
+    }
+    dtypes.iter().all(|&d| Dtype::from_code(d).is_some())
+        || (op == Pointwise::Copy && dtypes[0] == dtypes[1] && dtype::item_size(dtypes[0]).is_some())
+}
+
+// ANCHOR: launch_pointwise
+/// Launches `op` over TensorIterator-shaped operands: `data`, `dtypes` and the `[operand][dim]`
+/// byte `strides` list the output first; an input whose address is 0 is the CPU scalar
+/// `constants[k]` instead. `scalar` is alpha, the threshold, or the fill value.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn launch_pointwise(
+    op: Pointwise, scalar: f64, data: &[usize], dtypes: &[i8], constants: &[f64], shape: &[i64],
+    strides: &[i64], device: i64,
+) -> Result<()> {
+    if !pointwise_supported(op, dtypes) {
+        return Err(unsupported("this operation", dtypes.first().copied().unwrap_or(-1)));
+    }
+    let layout = Layout::new(shape, strides, data.len());
+    let n = layout.numel();
+    if n == 0 {
+        return Ok(());
+    }
+    // A same-dtype copy of a dtype we do not compute in moves raw elements of its size.
+    if Dtype::from_code(dtypes[0]).is_none() {
+        let size = dtype::item_size(dtypes[0]).unwrap_or(1);
+        let (dst, src) = (view(data[0], layout.extent(0, size))?, view(data[1], layout.extent(1, size))?);
+        return launch(device, n, move || copy_raw(&layout, dst, src, size));
+    }
+    let dtype_of = |k: usize| Dtype::from_code(dtypes[k]).unwrap_or(Dtype::Float);
+    let out = (view(data[0], layout.extent(0, dtype_of(0).size()))?, dtype_of(0));
+    let mut inputs = Vec::with_capacity(data.len() - 1);
+    for k in 1..data.len() {
+        inputs.push(match data[k] {
+            0 => Source::Constant(constants.get(k).copied().unwrap_or(0.0) as f32),
+            ptr => Source::Memory { base: view(ptr, layout.extent(k, dtype_of(k).size()))?, dtype: dtype_of(k) },
+        });
+    }
+    let work = Elementwise { op, scalar: scalar as f32, out, inputs, layout };
+    launch(device, n, move || work.run())
+}
+// ANCHOR_END: launch_pointwise
+
+/// Same-dtype copy of elements of `size` bytes, run by run.
+fn copy_raw(layout: &Layout, dst: usize, src: usize, size: usize) {
+    let (ds, ss) = (layout.strides[0][0], layout.strides[0][1]);
+    layout.walk(0, layout.numel(), |o, len| {
+        for i in 0..len as isize {
+            // SAFETY: both extents were checked against live allocations at launch.
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    (src as isize + o[1] + i * ss) as *const u8,
+                    (dst as isize + o[0] + i * ds) as *mut u8,
+                    size,
+                )
+            };
+        }
+    });
+}
+
+/// Launches a reduction built by `make_reduction` (output first, with 0 strides along the
+/// reduced dimensions); `count` is the number of inputs per output, the divisor of a mean.
+pub(crate) fn launch_reduction(
+    op: Reduction, count: f64, data: &[usize], dtypes: &[i8], shape: &[i64], strides: &[i64], device: i64,
+) -> Result<()> {
+    let (Some(out), Some(input)) = (Dtype::from_code(dtypes[0]), Dtype::from_code(dtypes[1])) else {
+        return Err(unsupported("this reduction", dtypes[1]));
+    };
+    let layout = Layout::new(shape, strides, 2);
+    let n = layout.numel();
+    if n == 0 {
+        return Ok(());
+    }
+    let out = (view(data[0], layout.extent(0, out.size()))?, out);
+    let input = (view(data[1], layout.extent(1, input.size()))?, input);
+    let work = reduce::Reduce { op, count, out, input, layout };
+    launch(device, n, move || work.run())
+}
+
+/// Launches `out = beta * out + alpha * (a @ b)` over `batch` matrices (see [`Matrix`]).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn launch_matmul(
+    dtype: i8, batch: i64, m: i64, n: i64, k: i64, out: Matrix, a: Matrix, b: Matrix, alpha: f64, beta: f64,
+    device: i64,
+) -> Result<()> {
+    let Some(dt) = Dtype::from_code(dtype) else { return Err(unsupported("matrix products", dtype)) };
+    let [batch, m, n, k] = [batch, m, n, k].map(|v| v.max(0) as usize);
+    if batch == 0 || m == 0 || n == 0 {
+        return Ok(());
+    }
+    let checked = |x: &Matrix, rows: usize, cols: usize| -> Result<Matrix> {
+        let last = (batch - 1) as i64 * x.batch_stride + (rows - 1) as i64 * x.row_stride + (cols - 1) as i64 * x.col_stride;
+        Ok(Matrix { data: view(x.data, (last.max(0) as usize + 1) * dt.size())?, ..*x })
+    };
+    let work = matmul::Matmul {
+        dtype: dt, batch, m, n, k,
+        out: checked(&out, m, n)?,
+        a: checked(&a, m, k.max(1))?,
+        b: checked(&b, k.max(1), n)?,
+        alpha, beta,
+    };
+    launch(device, m * n * k.max(1) * batch, move || work.run())
+}

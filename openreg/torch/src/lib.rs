@@ -9,10 +9,13 @@ mod allocator;
 mod copy;
 mod device;
 pub mod error;
+mod fallback;
 mod ffi;
 mod host_allocator;
 mod kernels;
 mod stream;
+
+pub use fallback::{fallback_counts, reset_fallback_counts};
 
 /// The torch release the C++ glue was compiled against; the Python package checks it at import.
 pub const TORCH_VERSION: &str = env!("OPENREG_TORCH_VERSION");

@@ -66,6 +66,19 @@ def _sleep(ms: int) -> None:
     _C._sleep(ms)
 
 
+# ANCHOR: fallback_counts
+def fallback_counts() -> dict[str, int]:
+    """How often each operator ran on the CPU instead of in an openreg kernel: through the
+    boxed fallback (``"aten::addcmul"``) or a kernel's host path for a dtype it does not
+    compute in (``"aten::add (Long)"``). ``OPENREG_WARN_FALLBACK=1`` also warns once for each."""
+    return dict(_C._fallback_counts())
+
+
+def reset_fallback_counts() -> None:
+    _C._reset_fallback_counts()
+# ANCHOR_END: fallback_counts
+
+
 class device:
     """Context manager that makes ``device`` current and restores the previous one on exit.
 
@@ -132,9 +145,11 @@ __all__ = [
     "device",
     "device_count",
     "ExternalStream",
+    "fallback_counts",
     "init",
     "is_available",
     "is_initialized",
+    "reset_fallback_counts",
     "set_device",
     "synchronize",
     *_random_all,

@@ -1,0 +1,148 @@
+// Matrix products with the `gemm` crate (src/kernels/matmul.rs): mm, addmm and bmm, their
+// shapes and errors from PyTorch's structured meta functions.
+
+#include "Structured.h"
+
+#include <ATen/ops/addmm.h>
+#include <ATen/ops/addmm_meta.h>
+#include <ATen/ops/bmm.h>
+#include <ATen/ops/bmm_meta.h>
+#include <ATen/ops/mm.h>
+#include <ATen/ops/mm_meta.h>
+#include <torch/library.h>
+
+namespace openreg {
+namespace {
+
+// ANCHOR: matrix
+// A 2-D tensor, or a 3-D batch of them, as the Rust kernel sees it (strides in elements).
+Matrix matrix(const at::Tensor& t) {
+  const int64_t d = t.dim();
+  return Matrix{addr(t.data_ptr()), d == 3 ? t.stride(0) : 0, t.stride(d - 2), t.stride(d - 1)};
+}
+
+// out = beta * out + alpha * (a @ b) in Rust; false when the kernel does not apply.
+bool run_matmul(const at::Tensor& out, const at::Tensor& a, const at::Tensor& b, double alpha,
+                double beta) {
+  const auto dtype = out.scalar_type();
+  const bool supported = dtype == at::kFloat || dtype == at::kHalf || dtype == at::kBFloat16;
+  if (!supported || a.scalar_type() != dtype || b.scalar_type() != dtype || a.is_conj() ||
+      b.is_conj() || a.is_neg() || b.is_neg()) {
+    return false;
+  }
+  const int64_t batch = out.dim() == 3 ? out.size(0) : 1;
+  const int64_t m = out.size(-2), n = out.size(-1), k = a.size(-1);
+  if (out.numel() == 0) {
+    return true;
+  }
+  if (k == 0) {
+    // An empty sum: alpha * 0, plus beta * out.
+    beta == 0 ? out.zero_() : out.mul_(beta);
+    return true;
+  }
+  call([&] {
+    launch_matmul(static_cast<int8_t>(dtype), batch, m, n, k, matrix(out), matrix(a), matrix(b),
+                  alpha, beta, out.device().index());
+  });
+  return true;
+}
+// ANCHOR_END: matrix
+
+template <Variant kind>
+at::Tensor mm(const at::Tensor& self, const at::Tensor& mat2, const at::Tensor& given = {}) {
+  Structured<at::meta::structured_mm, kind> s(given);
+  s.meta(self, mat2);
+  const at::Tensor& out = s.maybe_get_output(0);
+  if (!run_matmul(out, self, mat2, 1.0, 0.0)) {
+    note_host_path("mm", self.scalar_type());
+    at::Tensor host = host_alias(out);
+    at::mm_out(host, host_alias(self), host_alias(mat2));
+  }
+  return s.result();
+}
+
+template <Variant kind>
+at::Tensor bmm(const at::Tensor& self, const at::Tensor& mat2, const at::Tensor& given = {}) {
+  Structured<at::meta::structured_bmm, kind> s(given);
+  s.meta(self, mat2);
+  const at::Tensor& out = s.maybe_get_output(0);
+  if (!run_matmul(out, self, mat2, 1.0, 0.0)) {
+    note_host_path("bmm", self.scalar_type());
+    at::Tensor host = host_alias(out);
+    at::bmm_out(host, host_alias(self), host_alias(mat2));
+  }
+  return s.result();
+}
+
+// ANCHOR: addmm
+template <Variant kind>
+at::Tensor addmm(const at::Tensor& self, const at::Tensor& mat1, const at::Tensor& mat2,
+                 const at::Scalar& beta, const at::Scalar& alpha, const at::Tensor& given = {}) {
+  Structured<at::meta::structured_addmm, kind> s(given);
+  s.meta(self, mat1, mat2, beta, alpha);
+  const at::Tensor& out = s.maybe_get_output(0);
+  const bool real = !beta.isComplex() && !alpha.isComplex();
+  const double b = real ? beta.toDouble() : 0.0;
+  // With beta == 0, `self` is ignored (its NaNs too); otherwise start from it, broadcast.
+  if (real && b != 0.0 && !out.is_same(self) && self.scalar_type() == out.scalar_type()) {
+    out.copy_(self.expand(out.sizes()));
+  }
+  const bool done = real && (b == 0.0 || out.is_same(self) || self.scalar_type() == out.scalar_type()) &&
+                    run_matmul(out, mat1, mat2, alpha.toDouble(), b);
+  if (!done) {
+    note_host_path("addmm", out.scalar_type());
+    at::Tensor host = host_alias(out);
+    at::addmm_out(host, host_alias(self), host_alias(mat1), host_alias(mat2), beta, alpha);
+  }
+  return s.result();
+}
+// ANCHOR_END: addmm
+
+at::Tensor mm_functional(const at::Tensor& self, const at::Tensor& mat2) {
+  return mm<Variant::Functional>(self, mat2);
+}
+at::Tensor& mm_out(const at::Tensor& self, const at::Tensor& mat2, at::Tensor& out) {
+  mm<Variant::Out>(self, mat2, out);
+  return out;
+}
+at::Tensor bmm_functional(const at::Tensor& self, const at::Tensor& mat2) {
+  return bmm<Variant::Functional>(self, mat2);
+}
+at::Tensor& bmm_out(const at::Tensor& self, const at::Tensor& mat2, at::Tensor& out) {
+  bmm<Variant::Out>(self, mat2, out);
+  return out;
+}
+at::Tensor addmm_functional(const at::Tensor& self, const at::Tensor& mat1, const at::Tensor& mat2,
+                            const at::Scalar& beta, const at::Scalar& alpha) {
+  return addmm<Variant::Functional>(self, mat1, mat2, beta, alpha);
+}
+at::Tensor& addmm_(at::Tensor& self, const at::Tensor& mat1, const at::Tensor& mat2,
+                   const at::Scalar& beta, const at::Scalar& alpha) {
+  addmm<Variant::InPlace>(self, mat1, mat2, beta, alpha, self);
+  return self;
+}
+at::Tensor& addmm_out(const at::Tensor& self, const at::Tensor& mat1, const at::Tensor& mat2,
+                      const at::Scalar& beta, const at::Scalar& alpha, at::Tensor& out) {
+  addmm<Variant::Out>(self, mat1, mat2, beta, alpha, out);
+  return out;
+}
+
+} // namespace
+
+void register_matmul() {
+  static torch::Library library(torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1,
+                                __FILE__, __LINE__);
+  static bool registered = [] {
+    library.impl("mm", TORCH_FN(mm_functional));
+    library.impl("mm.out", TORCH_FN(mm_out));
+    library.impl("bmm", TORCH_FN(bmm_functional));
+    library.impl("bmm.out", TORCH_FN(bmm_out));
+    library.impl("addmm", TORCH_FN(addmm_functional));
+    library.impl("addmm_", TORCH_FN(addmm_));
+    library.impl("addmm.out", TORCH_FN(addmm_out));
+    return true;
+  }();
+  (void)registered;
+}
+
+} // namespace openreg

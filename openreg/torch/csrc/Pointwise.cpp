@@ -1,0 +1,314 @@
+// Elementwise operators with Rust kernels: PyTorch's structured `meta` functions decide shapes,
+// dtypes and errors; src/kernels/elementwise.rs computes. Dtypes the kernels do not compute
+// in (integers, float64, complex) run ATen's CPU kernel over the same memory, said once.
+
+#include "Structured.h"
+
+#include <ATen/ops/add.h>
+#include <ATen/ops/add_meta.h>
+#include <ATen/ops/div.h>
+#include <ATen/ops/div_meta.h>
+#include <ATen/ops/exp.h>
+#include <ATen/ops/exp_meta.h>
+#include <ATen/ops/fill.h>
+#include <ATen/ops/mul.h>
+#include <ATen/ops/mul_meta.h>
+#include <ATen/ops/neg.h>
+#include <ATen/ops/neg_meta.h>
+#include <ATen/ops/relu.h>
+#include <ATen/ops/sigmoid.h>
+#include <ATen/ops/sigmoid_meta.h>
+#include <ATen/ops/sub.h>
+#include <ATen/ops/sub_meta.h>
+#include <ATen/ops/tanh.h>
+#include <ATen/ops/tanh_meta.h>
+#include <ATen/ops/threshold_backward.h>
+#include <ATen/ops/threshold_backward_meta.h>
+#include <c10/util/SmallVector.h>
+#include <torch/library.h>
+
+namespace openreg {
+
+// ANCHOR: run_pointwise
+bool run_pointwise(at::TensorIteratorBase& iter, Pointwise op, double scalar) {
+  const int n = iter.ntensors();
+  if (n > 3 || iter.noutputs() != 1) {
+    return false;
+  }
+  std::array<size_t, 3> data{};
+  std::array<int8_t, 3> dtypes{};
+  std::array<double, 3> constants{};
+  c10::SmallVector<int64_t, 12> strides;
+  for (int k = 0; k < n; ++k) {
+    // A CPU scalar (the 2 in `x + 2`) is passed by value: device code cannot read CPU memory.
+    const bool constant = k > 0 && iter.is_cpu_scalar(k);
+    dtypes[k] = static_cast<int8_t>(constant ? iter.common_dtype() : iter.dtype(k));
+    strides.append(iter.strides(k).begin(), iter.strides(k).end());
+  }
+  if (!pointwise_supported(op, {dtypes.data(), static_cast<size_t>(n)})) {
+    return false;
+  }
+  for (int k = 0; k < n; ++k) {
+    if (k > 0 && iter.is_cpu_scalar(k)) {
+      constants[k] = iter.scalar_value<double>(k);
+    } else {
+      data[k] = addr(iter.data_ptr(k));
+    }
+  }
+  call([&] {
+    launch_pointwise(op, scalar, {data.data(), static_cast<size_t>(n)},
+                     {dtypes.data(), static_cast<size_t>(n)},
+                     {constants.data(), static_cast<size_t>(n)},
+                     {iter.shape().data(), iter.shape().size()}, {strides.data(), strides.size()},
+                     iter.device(0).index());
+  });
+  return true;
+}
+// ANCHOR_END: run_pointwise
+
+namespace {
+
+double to_double(const at::Scalar& s) {
+  return s.isComplex() ? 0.0 : s.toDouble();
+}
+
+// ANCHOR: structured_op
+// One structured elementwise operator call: meta, then the Rust kernel, or else the host path
+// (`host` runs the CPU kernel given a CPU alias of the output).
+template <class Meta, Variant kind, class Host, class... Args>
+at::Tensor pointwise(const char* name, Pointwise op, double scalar, const at::Tensor& given,
+                     Host&& host, const Args&... args) {
+  Structured<Meta, kind> s(given);
+  s.meta(args...);
+  if (!run_pointwise(s, op, scalar)) {
+    note_host_path(name, s.common_dtype());
+    host(host_alias(s.maybe_get_output(0)));
+  }
+  return s.result();
+}
+
+at::Tensor add(const at::Tensor& self, const at::Tensor& other, const at::Scalar& alpha) {
+  return pointwise<at::meta::structured_add_Tensor, Variant::Functional>(
+      "add", Pointwise::Add, to_double(alpha), {},
+      [&](at::Tensor out) { at::add_out(out, host_alias(self), host_alias(other), alpha); },
+      self, other, alpha);
+}
+// ANCHOR_END: structured_op
+
+at::Tensor& add_(at::Tensor& self, const at::Tensor& other, const at::Scalar& alpha) {
+  pointwise<at::meta::structured_add_Tensor, Variant::InPlace>(
+      "add_", Pointwise::Add, to_double(alpha), self,
+      [&](at::Tensor out) { at::add_out(out, out, host_alias(other), alpha); }, self, other,
+      alpha);
+  return self;
+}
+
+at::Tensor& add_out(const at::Tensor& self, const at::Tensor& other, const at::Scalar& alpha,
+                    at::Tensor& out) {
+  pointwise<at::meta::structured_add_Tensor, Variant::Out>(
+      "add.out", Pointwise::Add, to_double(alpha), out,
+      [&](at::Tensor o) { at::add_out(o, host_alias(self), host_alias(other), alpha); }, self,
+      other, alpha);
+  return out;
+}
+
+// a - alpha * b is a + (-alpha) * b, exactly, in IEEE arithmetic.
+at::Tensor sub(const at::Tensor& self, const at::Tensor& other, const at::Scalar& alpha) {
+  return pointwise<at::meta::structured_sub_Tensor, Variant::Functional>(
+      "sub", Pointwise::Add, -to_double(alpha), {},
+      [&](at::Tensor out) { at::sub_out(out, host_alias(self), host_alias(other), alpha); },
+      self, other, alpha);
+}
+
+at::Tensor& sub_(at::Tensor& self, const at::Tensor& other, const at::Scalar& alpha) {
+  pointwise<at::meta::structured_sub_Tensor, Variant::InPlace>(
+      "sub_", Pointwise::Add, -to_double(alpha), self,
+      [&](at::Tensor out) { at::sub_out(out, out, host_alias(other), alpha); }, self, other,
+      alpha);
+  return self;
+}
+
+at::Tensor& sub_out(const at::Tensor& self, const at::Tensor& other, const at::Scalar& alpha,
+                    at::Tensor& out) {
+  pointwise<at::meta::structured_sub_Tensor, Variant::Out>(
+      "sub.out", Pointwise::Add, -to_double(alpha), out,
+      [&](at::Tensor o) { at::sub_out(o, host_alias(self), host_alias(other), alpha); }, self,
+      other, alpha);
+  return out;
+}
+
+// mul and div: the same three variants, without alpha.
+#define OPENREG_BINARY(name, kernel)                                                            \
+  at::Tensor name(const at::Tensor& self, const at::Tensor& other) {                           \
+    return pointwise<at::meta::structured_##name##_Tensor, Variant::Functional>(               \
+        #name, Pointwise::kernel, 0.0, {},                                                      \
+        [&](at::Tensor out) { at::name##_out(out, host_alias(self), host_alias(other)); },      \
+        self, other);                                                                           \
+  }                                                                                             \
+  at::Tensor& name##_(at::Tensor& self, const at::Tensor& other) {                             \
+    pointwise<at::meta::structured_##name##_Tensor, Variant::InPlace>(                         \
+        #name "_", Pointwise::kernel, 0.0, self,                                                \
+        [&](at::Tensor out) { at::name##_out(out, out, host_alias(other)); }, self, other);     \
+    return self;                                                                                \
+  }                                                                                             \
+  at::Tensor& name##_out(const at::Tensor& self, const at::Tensor& other, at::Tensor& out) {   \
+    pointwise<at::meta::structured_##name##_Tensor, Variant::Out>(                             \
+        #name ".out", Pointwise::kernel, 0.0, out,                                              \
+        [&](at::Tensor o) { at::name##_out(o, host_alias(self), host_alias(other)); }, self,    \
+        other);                                                                                 \
+    return out;                                                                                 \
+  }
+
+OPENREG_BINARY(mul, Mul)
+OPENREG_BINARY(div, Div)
+
+// Unary operators: functional, in-place and out=.
+#define OPENREG_UNARY(name, kernel)                                                             \
+  at::Tensor name(const at::Tensor& self) {                                                    \
+    return pointwise<at::meta::structured_##name, Variant::Functional>(                        \
+        #name, Pointwise::kernel, 0.0, {},                                                      \
+        [&](at::Tensor out) { at::name##_out(out, host_alias(self)); }, self);                  \
+  }                                                                                             \
+  at::Tensor& name##_(at::Tensor& self) {                                                      \
+    pointwise<at::meta::structured_##name, Variant::InPlace>(                                  \
+        #name "_", Pointwise::kernel, 0.0, self,                                                \
+        [&](at::Tensor out) { at::name##_out(out, out); }, self);                               \
+    return self;                                                                                \
+  }                                                                                             \
+  at::Tensor& name##_out(const at::Tensor& self, at::Tensor& out) {                            \
+    pointwise<at::meta::structured_##name, Variant::Out>(                                      \
+        #name ".out", Pointwise::kernel, 0.0, out,                                              \
+        [&](at::Tensor o) { at::name##_out(o, host_alias(self)); }, self);                      \
+    return out;                                                                                 \
+  }
+
+OPENREG_UNARY(neg, Neg)
+OPENREG_UNARY(exp, Exp)
+OPENREG_UNARY(sigmoid, Sigmoid)
+OPENREG_UNARY(tanh, Tanh)
+
+// relu's backward.
+at::Tensor threshold_backward(const at::Tensor& grad, const at::Tensor& self,
+                              const at::Scalar& threshold) {
+  return pointwise<at::meta::structured_threshold_backward, Variant::Functional>(
+      "threshold_backward", Pointwise::ThresholdBackward, to_double(threshold), {},
+      [&](at::Tensor out) {
+        at::threshold_backward_out(out, host_alias(grad), host_alias(self), threshold);
+      },
+      grad, self, threshold);
+}
+
+at::Tensor& threshold_backward_out(const at::Tensor& grad, const at::Tensor& self,
+                                   const at::Scalar& threshold, at::Tensor& out) {
+  pointwise<at::meta::structured_threshold_backward, Variant::Out>(
+      "threshold_backward.grad_input", Pointwise::ThresholdBackward, to_double(threshold), out,
+      [&](at::Tensor o) {
+        at::threshold_backward_out(o, host_alias(grad), host_alias(self), threshold);
+      },
+      grad, self, threshold);
+  return out;
+}
+
+// relu is not structured: a unary TensorIterator of our own gives it the same treatment.
+at::Tensor& relu_into(const at::Tensor& self, at::Tensor& out) {
+  TORCH_CHECK(self.scalar_type() != at::kBool, "Boolean inputs not supported for relu");
+  auto iter = at::TensorIterator::unary_op(out, self);
+  if (!run_pointwise(iter, Pointwise::Relu)) {
+    note_host_path("relu", self.scalar_type());
+    at::Tensor host = host_alias(iter.output(0));
+    host.copy_(at::relu(host_alias(self)));
+  }
+  if (!out.defined()) {
+    out = iter.output(0);
+  }
+  return out;
+}
+
+at::Tensor relu(const at::Tensor& self) {
+  at::Tensor out;
+  return relu_into(self, out);
+}
+
+at::Tensor& relu_(at::Tensor& self) {
+  return relu_into(self, self);
+}
+
+// ANCHOR: fill
+// fill_ converts the value as CPU does, so an out-of-range value is the same error.
+at::Tensor& fill_scalar_(at::Tensor& self, const at::Scalar& value) {
+  auto iter = at::TensorIteratorConfig()
+                  .set_check_mem_overlap(false)
+                  .check_all_same_dtype(false)
+                  .add_output(self)
+                  .resize_outputs(false)
+                  .build();
+  std::optional<double> v;
+  switch (self.scalar_type()) {
+    case at::kFloat: v = value.to<float>(); break;
+    case at::kHalf: v = static_cast<float>(value.to<c10::Half>()); break;
+    case at::kBFloat16: v = static_cast<float>(value.to<c10::BFloat16>()); break;
+    default: break;
+  }
+  if (!v || !run_pointwise(iter, Pointwise::Fill, *v)) {
+    note_host_path("fill_", self.scalar_type());
+    host_alias(self).fill_(value);
+  }
+  return self;
+}
+// ANCHOR_END: fill
+
+at::Tensor& fill_tensor_(at::Tensor& self, const at::Tensor& value) {
+  TORCH_CHECK(value.dim() == 0, "fill_ only supports 0-dimension value tensor but got tensor with ",
+              value.dim(), " dimensions.");
+  return fill_scalar_(self, value.item());
+}
+
+at::Tensor& zero_(at::Tensor& self) {
+  return fill_scalar_(self, 0);
+}
+
+} // namespace
+
+// ANCHOR: register_pointwise
+void register_pointwise_ops() {
+  static torch::Library library(torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1,
+                                __FILE__, __LINE__);
+  static bool registered = [] {
+    library.impl("add.Tensor", TORCH_FN(add));
+    library.impl("add_.Tensor", TORCH_FN(add_));
+    library.impl("add.out", TORCH_FN(add_out));
+    library.impl("sub.Tensor", TORCH_FN(sub));
+    library.impl("sub_.Tensor", TORCH_FN(sub_));
+    library.impl("sub.out", TORCH_FN(sub_out));
+    library.impl("mul.Tensor", TORCH_FN(mul));
+    library.impl("mul_.Tensor", TORCH_FN(mul_));
+    library.impl("mul.out", TORCH_FN(mul_out));
+    library.impl("div.Tensor", TORCH_FN(div));
+    library.impl("div_.Tensor", TORCH_FN(div_));
+    library.impl("div.out", TORCH_FN(div_out));
+    // ANCHOR_END: register_pointwise
+    library.impl("neg", TORCH_FN(neg));
+    library.impl("neg_", TORCH_FN(neg_));
+    library.impl("neg.out", TORCH_FN(neg_out));
+    library.impl("exp", TORCH_FN(exp));
+    library.impl("exp_", TORCH_FN(exp_));
+    library.impl("exp.out", TORCH_FN(exp_out));
+    library.impl("sigmoid", TORCH_FN(sigmoid));
+    library.impl("sigmoid_", TORCH_FN(sigmoid_));
+    library.impl("sigmoid.out", TORCH_FN(sigmoid_out));
+    library.impl("tanh", TORCH_FN(tanh));
+    library.impl("tanh_", TORCH_FN(tanh_));
+    library.impl("tanh.out", TORCH_FN(tanh_out));
+    library.impl("relu", TORCH_FN(relu));
+    library.impl("relu_", TORCH_FN(relu_));
+    library.impl("threshold_backward", TORCH_FN(threshold_backward));
+    library.impl("threshold_backward.grad_input", TORCH_FN(threshold_backward_out));
+    library.impl("fill_.Scalar", TORCH_FN(fill_scalar_));
+    library.impl("fill_.Tensor", TORCH_FN(fill_tensor_));
+    library.impl("zero_", TORCH_FN(zero_));
+    return true;
+  }();
+  (void)registered;
+}
+
+} // namespace openreg

@@ -1,0 +1,104 @@
+#pragma once
+// Structured kernels, the way PyTorch's generated Register<Backend>.cpp wraps them: the
+// operator's `meta` function (shapes, broadcasting, type promotion, error messages, shared with
+// CPU and CUDA) asks for its outputs through set_output_raw_strided; we answer with a new
+// tensor (functional), the input itself (in-place) or the user's `out=` tensor, resized.
+// Our code then only has to compute.
+
+#include "OpenReg.h"
+
+#include <ATen/core/Tensor.h>
+#include <ATen/TensorIterator.h>
+#include <ATen/TensorMeta.h>
+
+#include <array>
+#include <functional>
+#include <optional>
+#include <type_traits>
+
+namespace openreg {
+
+// Minimal.cpp: a new openreg tensor (contiguous when `strides` is empty), and an `out=`
+// tensor checked and resized as PyTorch's generated code does it.
+at::Tensor create_out(c10::IntArrayRef sizes, c10::IntArrayRef strides,
+                      const c10::TensorOptions& options);
+void resize_out(const at::Tensor& out, c10::IntArrayRef sizes, c10::IntArrayRef strides,
+                const c10::TensorOptions& options);
+
+// ANCHOR: structured
+enum class Variant { Functional, InPlace, Out };
+
+template <class Meta, Variant kind>
+struct Structured final : Meta {
+  // `given`: the tensor an in-place or out= call writes to (undefined for functional calls).
+  explicit Structured(const at::Tensor& given = {}) : given_(given) {}
+
+  void set_output_strided(int64_t i, c10::IntArrayRef sizes, c10::IntArrayRef strides,
+                          c10::TensorOptions options) override {
+    set_output(i, sizes, strides, options);
+  }
+  void set_output_raw_strided(int64_t i, c10::IntArrayRef sizes, c10::IntArrayRef strides,
+                              c10::TensorOptions options) override {
+    set_output(i, sizes, strides, options);
+  }
+  const at::Tensor& maybe_get_output(int64_t) override {
+    return proxy_ ? *proxy_ : (kind == Variant::Functional ? output_ : given_);
+  }
+
+  // The result: the new tensor, or the given one after copying back a proxy (an output whose
+  // strides differ from the ones the meta function asked for).
+  at::Tensor result() {
+    if (proxy_) {
+      given_.copy_(*proxy_);
+    }
+    return kind == Variant::Functional ? std::move(output_) : given_;
+  }
+
+ private:
+  void set_output(int64_t i, c10::IntArrayRef sizes, c10::IntArrayRef strides,
+                  c10::TensorOptions options) {
+    TORCH_INTERNAL_ASSERT(i == 0, "openreg structured kernels have one output");
+    if constexpr (kind == Variant::Functional) {
+      output_ = create_out(sizes, strides, options);
+    } else {
+      if constexpr (kind == Variant::InPlace) {
+        check_inplace(sizes, options);
+      } else {
+        resize_out(given_, sizes, strides, options);
+      }
+      if (!strides.empty() && given_.strides() != strides) {
+        proxy_ = create_out(sizes, strides, options);
+      }
+    }
+    // TensorIterator-based metas record the output in the iterator too.
+    if constexpr (std::is_base_of_v<at::TensorIteratorBase, Meta>) {
+      Meta::set_output_raw_strided(i, sizes, strides, options);
+    }
+  }
+
+  void check_inplace(c10::IntArrayRef sizes, const c10::TensorOptions& options) const {
+    TORCH_CHECK(options.dtype() == given_.dtype(), "Bad in-place call: input tensor dtype ",
+                given_.dtype(), " and output tensor dtype ", options.dtype(), " should match");
+    TORCH_CHECK(options.device() == given_.device(), "Bad in-place call: input tensor device ",
+                given_.device(), " and output tensor device ", options.device(), " should match");
+    TORCH_CHECK(sizes == given_.sizes(), "Bad in-place call: input tensor size ",
+                given_.sizes(), " and output tensor size ", sizes, " should match");
+  }
+
+  at::Tensor given_;
+  at::Tensor output_;
+  std::optional<at::Tensor> proxy_;
+};
+// ANCHOR_END: structured
+
+// ANCHOR: launch
+// Runs a TensorIterator's operands through a Rust elementwise kernel on the current stream.
+// Returns false, having done nothing, when the kernel does not handle the dtypes.
+bool run_pointwise(at::TensorIteratorBase& iter, Pointwise op, double scalar = 0.0);
+// ANCHOR_END: launch
+
+// Counts a run of an operator on the host instead of in a kernel (Fallback.cpp).
+void note_host_path(const char* op, c10::ScalarType dtype);
+bool warn_fallback();
+
+} // namespace openreg

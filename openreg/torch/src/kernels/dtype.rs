@@ -1,0 +1,104 @@
+//! Element types the kernels read and write. Arithmetic runs in float32 for all of them, as
+//! PyTorch's CPU kernels do for float16 and bfloat16; a kernel converts on load and store.
+
+use half::slice::HalfFloatSliceExt;
+use half::{bf16, f16};
+
+/// The `c10::ScalarType` codes the kernels compute in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Dtype {
+    Half,
+    Float,
+    BFloat16,
+}
+
+impl Dtype {
+    /// The dtype for a `c10::ScalarType` code, if the kernels compute in it.
+    pub(crate) fn from_code(code: i8) -> Option<Dtype> {
+        match code {
+            5 => Some(Dtype::Half),
+            6 => Some(Dtype::Float),
+            15 => Some(Dtype::BFloat16),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn size(self) -> usize {
+        match self {
+            Dtype::Float => 4,
+            Dtype::Half | Dtype::BFloat16 => 2,
+        }
+    }
+}
+
+/// Bytes per element of a `c10::ScalarType` code, for dtypes copied without conversion.
+pub(crate) fn item_size(code: i8) -> Option<usize> {
+    match code {
+        0 | 1 | 11 => Some(1),  // uint8, int8, bool
+        2 | 5 | 15 => Some(2),  // int16, float16, bfloat16
+        3 | 6 => Some(4),       // int32, float32
+        4 | 7 | 9 => Some(8),   // int64, float64, complex64
+        10 => Some(16),         // complex128
+        _ => None,
+    }
+}
+
+/// Reads `out.len()` elements `stride` bytes apart from `src` into float32.
+///
+/// # Safety
+/// Every element read must lie in memory the caller may read.
+pub(crate) unsafe fn load(dtype: Dtype, src: *const u8, stride: isize, out: &mut [f32]) {
+    unsafe {
+        match dtype {
+            Dtype::Float if stride == 4 => {
+                out.copy_from_slice(std::slice::from_raw_parts(src.cast::<f32>(), out.len()))
+            }
+            Dtype::Half if stride == 2 => {
+                std::slice::from_raw_parts(src.cast::<f16>(), out.len()).convert_to_f32_slice(out)
+            }
+            Dtype::BFloat16 if stride == 2 => {
+                std::slice::from_raw_parts(src.cast::<bf16>(), out.len()).convert_to_f32_slice(out)
+            }
+            Dtype::Float => gather(src, stride, out, |p| p.cast::<f32>().read_unaligned()),
+            Dtype::Half => gather(src, stride, out, |p| p.cast::<f16>().read_unaligned().to_f32()),
+            Dtype::BFloat16 => gather(src, stride, out, |p| p.cast::<bf16>().read_unaligned().to_f32()),
+        }
+    }
+}
+
+/// Writes float32 values as `dtype` elements `stride` bytes apart (rounding to nearest even).
+///
+/// # Safety
+/// Every element written must lie in memory the caller may write.
+pub(crate) unsafe fn store(dtype: Dtype, dst: *mut u8, stride: isize, values: &[f32]) {
+    unsafe {
+        match dtype {
+            Dtype::Float if stride == 4 => {
+                std::slice::from_raw_parts_mut(dst.cast::<f32>(), values.len()).copy_from_slice(values)
+            }
+            Dtype::Half if stride == 2 => std::slice::from_raw_parts_mut(dst.cast::<f16>(), values.len())
+                .convert_from_f32_slice(values),
+            Dtype::BFloat16 if stride == 2 => std::slice::from_raw_parts_mut(dst.cast::<bf16>(), values.len())
+                .convert_from_f32_slice(values),
+            Dtype::Float => scatter(dst, stride, values, |p, v| p.cast::<f32>().write_unaligned(v)),
+            Dtype::Half => scatter(dst, stride, values, |p, v| p.cast::<f16>().write_unaligned(f16::from_f32(v))),
+            Dtype::BFloat16 => {
+                scatter(dst, stride, values, |p, v| p.cast::<bf16>().write_unaligned(bf16::from_f32(v)))
+            }
+        }
+    }
+}
+
+#[inline(always)]
+unsafe fn gather(src: *const u8, stride: isize, out: &mut [f32], read: impl Fn(*const u8) -> f32) {
+    for (i, o) in out.iter_mut().enumerate() {
+        *o = read(unsafe { src.offset(i as isize * stride) });
+    }
+}
+
+#[inline(always)]
+unsafe fn scatter(dst: *mut u8, stride: isize, values: &[f32], write: impl Fn(*mut u8, f32)) {
+    for (i, &v) in values.iter().enumerate() {
+        write(unsafe { dst.offset(i as isize * stride) }, v);
+    }
+}

@@ -1,0 +1,151 @@
+//! Reductions over a TensorIterator built by `make_reduction`: operand 0 is the output, with
+//! stride 0 along every reduced dimension; operand 1 is the input. Accumulates in float64.
+
+use rayon::prelude::*;
+
+use super::dtype::{self, Dtype};
+use super::walk::Layout;
+use crate::ffi::ffi::Reduction;
+
+const BLOCK: usize = 4096;
+/// Input elements per parallel task of a full reduction.
+const CHUNK: usize = 1 << 16;
+
+pub(crate) struct Reduce {
+    pub op: Reduction,
+    /// Number of input elements per output (the divisor of `mean`).
+    pub count: f64,
+    pub out: (usize, Dtype),
+    pub input: (usize, Dtype),
+    pub layout: Layout,
+}
+
+/// A running sum or maximum.
+#[derive(Clone, Copy)]
+struct Acc {
+    op: Reduction,
+    value: f64,
+}
+
+impl Acc {
+    fn new(op: Reduction) -> Acc {
+        let value = if op == Reduction::Amax { f64::NEG_INFINITY } else { 0.0 };
+        Acc { op, value }
+    }
+
+    fn add(&mut self, xs: &[f32]) {
+        if self.op == Reduction::Amax {
+            for &x in xs {
+                // NaN wins, as in torch.amax.
+                if self.value.is_nan() || x.is_nan() {
+                    self.value = f64::NAN;
+                    return;
+                }
+                self.value = self.value.max(f64::from(x));
+            }
+        } else {
+            // Sixteen float32 lanes per block, so the loop vectorises; each block's total is
+            // added in float64, which keeps 16M-element sums accurate.
+            for block in xs.chunks(BLOCK) {
+                let mut lanes = [0f32; 16];
+                let chunks = block.chunks_exact(16);
+                let tail: f32 = chunks.remainder().iter().sum();
+                for c in chunks {
+                    for (l, &x) in lanes.iter_mut().zip(c) {
+                        *l += x;
+                    }
+                }
+                self.value += f64::from(lanes.iter().sum::<f32>() + tail);
+            }
+        }
+    }
+
+    fn merge(mut self, other: Acc) -> Acc {
+        if self.op == Reduction::Amax {
+            if other.value.is_nan() || other.value > self.value {
+                self.value = other.value;
+            }
+        } else {
+            self.value += other.value;
+        }
+        self
+    }
+}
+
+impl Reduce {
+    pub(crate) fn run(&self) {
+        let ndim = self.layout.shape.len();
+        // Split the dimensions into kept (the output moves along them) and reduced.
+        let (mut kept, mut reduced) = (Vec::new(), Vec::new());
+        for d in 0..ndim {
+            if self.layout.shape[d] > 1 {
+                if self.layout.strides[d][0] == 0 { reduced.push(d) } else { kept.push(d) }
+            }
+        }
+        let sub = |dims: &[usize]| Layout {
+            shape: dims.iter().map(|&d| self.layout.shape[d]).collect(),
+            strides: dims.iter().map(|&d| self.layout.strides[d]).collect(),
+        };
+        let (kept, reduced) = (sub(&kept), sub(&reduced));
+        let (outputs, per_output) = (kept.numel(), reduced.numel());
+        if outputs == 0 {
+            return;
+        }
+        if outputs == 1 {
+            // One output: split the input between threads and merge the partial results.
+            let chunks = per_output.div_ceil(CHUNK).max(1);
+            let total = (0..chunks)
+                .into_par_iter()
+                .map(|c| self.accumulate(&reduced, 0, c * CHUNK, CHUNK.min(per_output - c * CHUNK)))
+                .reduce(|| Acc::new(self.op), Acc::merge);
+            return self.write(0, total);
+        }
+        // Many outputs: each thread computes whole outputs.
+        let task = |o: usize| {
+            let (mut out, mut at) = (0isize, 0isize);
+            kept.walk(o, 1, |offsets, _| (out, at) = (offsets[0], offsets[1]));
+            let acc = self.accumulate(&reduced, at, 0, per_output);
+            self.write(out, acc);
+        };
+        if outputs * per_output > CHUNK {
+            (0..outputs).into_par_iter().for_each(task);
+        } else {
+            (0..outputs).for_each(task);
+        }
+    }
+
+    /// Accumulates `count` input elements of the reduced space from linear index `start`,
+    /// with the input starting `at` bytes past its base.
+    fn accumulate(&self, reduced: &Layout, at: isize, start: usize, count: usize) -> Acc {
+        let mut acc = Acc::new(self.op);
+        let mut buf = [0f32; BLOCK];
+        let (base, dtype) = self.input;
+        let stride = reduced.strides.first().map_or(0, |s| s[1]);
+        reduced.walk(start, count, |offsets, len| {
+            let mut done = 0;
+            while done < len {
+                let n = (len - done).min(BLOCK);
+                let src = (base as isize + at + offsets[1] + done as isize * stride) as *const u8;
+                // SAFETY: C++ checked the input's extent against its live allocation.
+                if dtype == Dtype::Float && stride == 4 {
+                    acc.add(unsafe { std::slice::from_raw_parts(src.cast::<f32>(), n) });
+                } else {
+                    unsafe { dtype::load(dtype, src, stride, &mut buf[..n]) };
+                    acc.add(&buf[..n]);
+                }
+                done += n;
+            }
+        });
+        acc
+    }
+
+    fn write(&self, at: isize, acc: Acc) {
+        let value = match self.op {
+            Reduction::Mean => acc.value / self.count,
+            _ => acc.value,
+        };
+        let (base, dtype) = self.out;
+        // SAFETY: C++ checked the output's extent against its live allocation.
+        unsafe { dtype::store(dtype, (base as isize + at) as *mut u8, 0, &[value as f32]) };
+    }
+}
