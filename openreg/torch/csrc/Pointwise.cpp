@@ -211,7 +211,7 @@ at::Tensor& threshold_backward_out(const at::Tensor& grad, const at::Tensor& sel
 
 // relu is not structured: a unary TensorIterator of our own gives it the same treatment.
 at::Tensor& relu_into(const at::Tensor& self, at::Tensor& out) {
-  TORCH_CHECK(self.scalar_type() != at::kBool, "Boolean inputs not supported for relu");
+  TORCH_CHECK_NOT_IMPLEMENTED(self.scalar_type() != at::kBool, "Boolean inputs not supported for relu");
   auto iter = at::TensorIterator::unary_op(out, self);
   if (!run_pointwise(iter, Pointwise::Relu)) {
     note_host_path("relu", self.scalar_type());

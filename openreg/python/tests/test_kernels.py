@@ -1,0 +1,281 @@
+"""The Rust kernels against CPU: shapes (empty, 0-dim, broadcast, non-contiguous, transposed),
+both devices, float32/float16/bfloat16, out=/in-place variants, and the errors CPU gives."""
+
+import pytest
+import torch
+
+DEVICES = ["openreg:0", "openreg:1"]
+DTYPES = [torch.float32, torch.float16, torch.bfloat16]
+TOL = {torch.float32: dict(rtol=1e-5, atol=1e-5), torch.float16: dict(rtol=1e-2, atol=1e-2),
+       torch.bfloat16: dict(rtol=2e-2, atol=2e-2)}
+
+
+def check(fn, *inputs, device, dtype=torch.float32):
+    """Runs `fn` on CPU and on `device` and compares results (values, dtype, shape)."""
+    expected = fn(*inputs)
+    got = fn(*[t.to(device) if isinstance(t, torch.Tensor) else t for t in inputs])
+    assert got.device == torch.device(device)
+    torch.testing.assert_close(got.cpu(), expected, **TOL[dtype])
+    return got
+
+
+def shapes_binary():
+    # (a, b): same, broadcast both ways, scalar-ish, empty.
+    return [((3, 4), (3, 4)), ((3, 1), (1, 4)), ((5,), ()), ((), ()), ((0, 3), (3,)),
+            ((2, 3, 4), (4,)), ((1 << 17,), (1 << 17,))]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shapes", shapes_binary(), ids=str)
+@pytest.mark.parametrize("op", ["add", "sub", "mul", "div"])
+def test_binary(op, shapes, dtype, device):
+    a, b = (torch.randn(s).to(dtype) for s in shapes)
+    fn = getattr(torch, op)
+    check(fn, a, b, device=device, dtype=dtype)
+    if op in ("add", "sub"):
+        check(lambda x, y: fn(x, y, alpha=-2.5), a, b, device=device, dtype=dtype)
+    check(lambda x: fn(x, 2), a, device=device, dtype=dtype)  # a CPU scalar operand
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_binary_non_contiguous_transposed_and_in_place(device):
+    a = torch.randn(6, 8)
+    b = torch.randn(8, 6)
+    check(lambda x, y: x.t() * y, a, b, device=device)
+    check(lambda x, y: x[:, ::2] + y[::2].t(), a, b, device=device)
+    x = a.to(device)
+    x[:, 1::2].add_(b.t()[:, 1::2].to(device), alpha=3)
+    expected = a.clone()
+    expected[:, 1::2].add_(b.t()[:, 1::2], alpha=3)
+    torch.testing.assert_close(x.cpu(), expected)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_type_promotion(dtype):
+    a, b = torch.randn(4, 3), torch.randn(3).to(dtype)
+    got = check(torch.add, a, b, device="openreg:0")
+    assert got.dtype == torch.float32
+    h = torch.randn(3).to(dtype)
+    assert (h.openreg() * 2.5).dtype == dtype
+    assert (torch.arange(3).openreg() / 2).dtype == torch.float32  # integer true division
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", [(0,), (), (7,), (3, 5), (1 << 17,)], ids=str)
+@pytest.mark.parametrize("op", ["neg", "abs", "exp", "relu", "sigmoid", "tanh"])
+def test_unary(op, shape, dtype, device):
+    a = torch.randn(shape).to(dtype)
+    check(getattr(torch, op), a, device=device, dtype=dtype)
+    if a.dim() == 2:
+        check(lambda x: getattr(torch, op)(x.t()), a, device=device, dtype=dtype)
+    x = a.to(device)
+    getattr(x, op + "_")()
+    torch.testing.assert_close(x.cpu(), getattr(torch, op)(a), **TOL[dtype])
+
+
+def test_unary_nan_and_out():
+    a = torch.tensor([float("nan"), -1.0, 0.0, 2.0])
+    for op in ["neg", "abs", "exp", "relu", "sigmoid", "tanh"]:
+        out = torch.empty(4, device="openreg:0")
+        getattr(torch, op)(a.openreg(), out=out) if op != "relu" else out.copy_(a.openreg().relu())
+        torch.testing.assert_close(out.cpu(), getattr(torch, op)(a), equal_nan=True)
+
+
+def test_relu_backward_is_threshold_backward():
+    x = torch.randn(5, 4)
+    g = torch.randn(5, 4)
+    check(lambda a, b: torch.ops.aten.threshold_backward(a, b, 0.25), g, x, device="openreg:0")
+    xd = x.openreg().requires_grad_()
+    xd.relu().backward(g.openreg())
+    torch.testing.assert_close(xd.grad.cpu(), g * (x > 0))
+
+
+@pytest.mark.parametrize("dtype", DTYPES + [torch.int64, torch.bool, torch.float64])
+def test_fill_and_zero(dtype):
+    x = torch.empty(4, 3, dtype=dtype, device="openreg:0")
+    x.fill_(1)
+    assert torch.equal(x.cpu(), torch.ones(4, 3, dtype=dtype))
+    x[:, 1].zero_()
+    expected = torch.ones(4, 3, dtype=dtype)
+    expected[:, 1] = 0
+    assert torch.equal(x.cpu(), expected)
+    x.fill_(torch.tensor(0, dtype=dtype, device="openreg:0"))
+    assert torch.equal(x.cpu(), torch.zeros(4, 3, dtype=dtype))
+
+
+def test_fill_errors_match_cpu():
+    for make in [lambda: torch.empty(2, dtype=torch.float16), lambda: torch.empty(2)]:
+        value = 1e6 if make().dtype == torch.float16 else 1e40
+        with pytest.raises(RuntimeError) as cpu:
+            make().fill_(value)
+        with pytest.raises(RuntimeError) as dev:
+            make().openreg().fill_(value)
+        assert str(dev.value) == str(cpu.value)
+    with pytest.raises(RuntimeError, match="0-dimension value tensor"):
+        torch.empty(2, device="openreg:0").fill_(torch.ones(2, device="openreg:0"))
+
+
+@pytest.mark.parametrize("src,dst", [(a, b) for a in DTYPES for b in DTYPES])
+def test_copy_between_dtypes_and_strides(src, dst):
+    a = torch.randn(5, 6).to(src)
+    x = a.openreg()
+    y = torch.empty(6, 5, dtype=dst, device="openreg:0")
+    y.copy_(x.t())
+    assert torch.equal(y.cpu(), a.t().to(dst))
+    z = torch.empty(4, 5, 6, dtype=dst, device="openreg:0")
+    z.copy_(x)  # broadcast
+    assert torch.equal(z.cpu(), a.to(dst).expand(4, 5, 6))
+
+
+def test_copy_of_other_dtypes_within_the_device():
+    a = torch.arange(12).reshape(3, 4)
+    x = a.openreg()
+    assert torch.equal(x.t().contiguous().cpu(), a.t().contiguous())
+    assert torch.equal(x.double().cpu(), a.double())
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("dims,keepdim", [(None, False), ((0,), False), ((1,), True),
+                                          ((0, 2), False), ((-1,), True)], ids=str)
+@pytest.mark.parametrize("op", ["sum", "mean", "amax"])
+def test_reductions(op, dims, keepdim, dtype, device):
+    a = torch.randn(4, 5, 6).to(dtype)
+    if dims is None:
+        fn = (lambda x: getattr(torch, op)(x)) if op != "amax" else (lambda x: torch.amax(x))
+    else:
+        fn = lambda x: getattr(torch, op)(x, dims, keepdim=keepdim)  # noqa: E731
+    got = check(fn, a, device=device, dtype=dtype)
+    assert got.dtype == fn(a).dtype
+    check(lambda x: fn(x.transpose(0, 2)), a, device=device, dtype=dtype)
+
+
+def test_reductions_large_empty_and_nan():
+    a = torch.randn(1 << 22)
+    torch.testing.assert_close(a.openreg().sum().cpu(), a.sum(), rtol=1e-4, atol=1e-2)
+    torch.testing.assert_close(a.openreg().mean().cpu(), a.mean(), rtol=1e-4, atol=1e-5)
+    assert a.openreg().amax().item() == a.amax().item()
+    e = torch.empty(0, 3)
+    check(lambda x: x.sum(0), e, device="openreg:0")
+    check(lambda x: x.sum(1), e, device="openreg:0")
+    assert torch.isnan(e.openreg().mean()).item()
+    n = torch.tensor([1.0, float("nan"), 3.0])
+    assert torch.isnan(n.openreg().amax()).item()
+    assert n.openreg().sum(dtype=torch.float16).dtype == torch.float16
+    assert torch.arange(5).openreg().sum().item() == 10  # integers: the host path
+
+
+def test_reduction_errors_match_cpu():
+    for fn in [lambda x: torch.amax(torch.empty(0, 3, device=x.device), 0),
+               lambda x: torch.arange(3, device=x.device).mean(),
+               lambda x: x.sum(3)]:
+        with pytest.raises((RuntimeError, IndexError)) as cpu:
+            fn(torch.ones(2, 2))
+        with pytest.raises(type(cpu.value)) as dev:
+            fn(torch.ones(2, 2, device="openreg:0"))
+        assert str(dev.value) == str(cpu.value)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("m,k,n", [(5, 7, 3), (64, 128, 32), (1, 1, 1), (4, 0, 3), (0, 3, 2)], ids=str)
+def test_matmul(m, k, n, dtype, device):
+    a, b = torch.randn(m, k).to(dtype), torch.randn(k, n).to(dtype)
+    check(torch.mm, a, b, device=device, dtype=dtype)
+    check(lambda x, y: torch.mm(y.t(), x.t()), a, b, device=device, dtype=dtype)  # transposed
+    bias = torch.randn(n).to(dtype)
+    check(lambda c, x, y: torch.addmm(c, x, y), bias, a, b, device=device, dtype=dtype)
+    check(lambda c, x, y: torch.addmm(c, x, y, beta=0.5, alpha=2), bias, a, b, device=device, dtype=dtype)
+    batch = torch.randn(3, m, k).to(dtype), torch.randn(3, k, n).to(dtype)
+    check(torch.bmm, *batch, device=device, dtype=dtype)
+
+
+def test_addmm_beta_zero_ignores_nan_and_in_place():
+    c = torch.full((2, 2), float("nan"))
+    a, b = torch.randn(2, 3), torch.randn(3, 2)
+    check(lambda c, a, b: torch.addmm(c, a, b, beta=0), c, a, b, device="openreg:0")
+    x = torch.randn(2, 2)
+    y = x.openreg()
+    y.addmm_(a.openreg(), b.openreg(), alpha=0.5)
+    torch.testing.assert_close(y.cpu(), x.addmm(a, b, alpha=0.5))
+
+
+def test_linear_and_mlp_gradients_match_cpu():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 3))
+    x, y = torch.randn(32, 8), torch.randint(0, 3, (32,))
+    torch.nn.functional.cross_entropy(model(x), y).backward()
+    expected = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    model.to("openreg")
+    torch.nn.functional.cross_entropy(model(x.openreg()), y.openreg()).backward()
+    for p, e in zip(model.parameters(), expected):
+        torch.testing.assert_close(p.grad.cpu(), e)
+
+
+# ---- bad input: the same exception type and message as CPU ----
+
+def same_error(fn, *inputs):
+    with pytest.raises(Exception) as cpu:
+        fn(*inputs)
+    with pytest.raises(type(cpu.value)) as dev:
+        fn(*[t.openreg() if isinstance(t, torch.Tensor) else t for t in inputs])
+    assert str(dev.value).replace("openreg:0", "cpu") == str(cpu.value), (dev.value, cpu.value)
+
+
+def test_errors_match_cpu():
+    same_error(torch.add, torch.ones(2, 3), torch.ones(4))
+    same_error(torch.mm, torch.ones(2, 3), torch.ones(4, 2))
+    same_error(torch.bmm, torch.ones(2, 3, 4), torch.ones(2, 5, 4))
+    same_error(torch.addmm, torch.ones(3), torch.ones(2, 3), torch.ones(3, 2))
+    same_error(lambda a, b: a.add_(b), torch.ones(3), torch.ones(2, 3))
+    same_error(lambda a, b: torch.add(a, b, out=torch.empty(2, dtype=torch.int64, device=a.device)),
+               torch.ones(2), torch.ones(2))
+    same_error(lambda a: a - a, torch.ones(2, dtype=torch.bool))
+    same_error(lambda a: a.relu(), torch.ones(2, dtype=torch.bool))
+    same_error(torch.mm, torch.ones(2, 2), torch.ones(2, 2, dtype=torch.float16))
+
+
+def test_out_of_the_wrong_size_is_resized_with_the_cpu_warning():
+    for device in ["cpu", "openreg"]:
+        out = torch.empty(5, device=device)
+        with pytest.warns(UserWarning, match="An output with one or more elements was resized"):
+            torch.add(torch.ones(2, 2, device=device), 1, out=out)
+        assert out.shape == (2, 2) and out.cpu().eq(2).all()
+
+
+def test_mixed_devices_and_out_on_another_device():
+    a, b = torch.ones(2, 2, device="openreg:0"), torch.ones(2, 2, device="openreg:1")
+    for fn in [lambda: torch.mm(a, b), lambda: torch.bmm(a[None], b[None]), lambda: torch.addmm(a, a, b)]:
+        with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device"):
+            fn()
+    with pytest.raises(RuntimeError, match="found at least two devices"):
+        torch.add(torch.ones(2, device="openreg:0"), torch.ones(2, device="openreg:0"),
+                  out=torch.empty(2, device="openreg:1"))
+    with pytest.raises(RuntimeError, match="found at least two devices"):
+        torch.add(torch.ones(2, device="openreg:0"), torch.ones(2))
+    with pytest.raises(RuntimeError, match="Expected out tensor to have device openreg:0, but got cpu"):
+        torch.mm(torch.ones(2, 2, device="openreg:0"), torch.ones(2, 2, device="openreg:0"),
+                 out=torch.empty(2, 2))
+
+
+def test_kernels_are_queued_on_the_current_stream():
+    x = torch.randn(1 << 21, device="openreg:0")
+    s = torch.Stream(device="openreg:0")
+    with s:
+        torch.openreg._sleep(100)
+        y = x * 2 + 1
+        z = y.sum()
+        assert not s.query()
+        torch.testing.assert_close(z.cpu(), (x.cpu() * 2 + 1).sum(), rtol=1e-4, atol=1e-2)
+
+
+def test_native_kernels_do_not_fall_back():
+    torch.openreg.reset_fallback_counts()
+    a = torch.randn(8, 8, dtype=torch.float16).openreg()
+    torch.openreg.reset_fallback_counts()
+    ((a @ a).relu() * 2 - a / 3).exp().sum(0).mean()
+    a.float().tanh().sigmoid().amax(1)
+    assert torch.openreg.fallback_counts() == {}
