@@ -22,6 +22,7 @@ fn main() {
         "csrc/Pointwise.cpp",
         "csrc/Reduce.cpp",
         "csrc/Matmul.cpp",
+        "csrc/Autocast.cpp",
         "csrc/Fallback.cpp",
         "csrc/Serialization.cpp",
         "csrc/Register.cpp",

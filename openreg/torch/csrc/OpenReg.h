@@ -59,6 +59,7 @@ void register_stubs();
 void register_pointwise_ops();
 void register_reductions();
 void register_matmul();
+void register_autocast();
 void register_fallback();
 void register_serialization();
 

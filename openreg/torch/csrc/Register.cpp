@@ -32,6 +32,7 @@ void register_backend() {
     register_reductions();
     register_matmul();
   }
+  register_autocast();
   register_fallback();
   register_serialization();
 }

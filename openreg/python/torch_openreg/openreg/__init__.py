@@ -134,7 +134,9 @@ def _lazy_init() -> None:
 # ANCHOR_END: lazy_init
 
 
+from . import amp  # noqa: E402
 from . import custom_ops  # noqa: E402,F401  (Meta kernels and autograd of openreg::)
+from .amp import get_amp_supported_dtype  # noqa: E402  (torch.autocast looks for it here)
 from ._legacy import *  # noqa: E402,F403
 from ._legacy import __all__ as _legacy_all  # noqa: E402
 from .random import *  # noqa: E402,F403
@@ -146,6 +148,7 @@ __all__ = [
     "device_count",
     "ExternalStream",
     "fallback_counts",
+    "get_amp_supported_dtype",
     "init",
     "is_available",
     "is_initialized",
