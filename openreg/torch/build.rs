@@ -23,6 +23,8 @@ fn main() {
         "csrc/Reduce.cpp",
         "csrc/Matmul.cpp",
         "csrc/Autocast.cpp",
+        "csrc/Attention.cpp",
+        "csrc/Quantize.cpp",
         "csrc/Fallback.cpp",
         "csrc/Serialization.cpp",
         "csrc/Register.cpp",

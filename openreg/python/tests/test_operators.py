@@ -74,3 +74,56 @@ def test_blocklisted_operators_raise_instead_of_falling_back():
     assert out.stdout.strip() == "[2.0, 2.0]"
     assert ("NotImplementedError: Operator 'aten::lerp.Scalar_out' is not implemented for device openreg "
             "and may not fall back to the CPU") in out.stderr
+
+
+# ---- scaled dot-product attention through the "overrideable" backend ----
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("causal,mask", [(False, None), (True, None), (False, "float"), (False, "bool")])
+def test_sdpa_overrideable_forward_and_backward_match_cpu(causal, mask, dtype):
+    import torch.nn.functional as F
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 3, 5, 8).to(dtype) for _ in range(3))
+    m = {None: None, "float": torch.randn(5, 5).to(dtype), "bool": torch.rand(5, 5) > 0.3}[mask]
+    if m is not None and m.dtype == torch.bool:
+        m[:, 0] = True  # no fully masked rows
+    assert torch._fused_sdp_choice(q.openreg(), k.openreg(), v.openreg()) == 4  # OVERRIDEABLE
+    cpu = [t.float().clone().requires_grad_() for t in (q, k, v)]
+    dev = [t.openreg().requires_grad_() for t in (q, k, v)]
+    mask_cpu = m.float() if m is not None and m.dtype != torch.bool else m
+    expected = F.scaled_dot_product_attention(*cpu, attn_mask=mask_cpu, is_causal=causal)
+    got = F.scaled_dot_product_attention(*dev, attn_mask=None if m is None else m.openreg(),
+                                         is_causal=causal)
+    assert type(got.grad_fn).__name__ == "ScaledDotProductFusedAttentionOverrideableBackward0"
+    assert got.dtype == dtype
+    tol = dict(rtol=1e-5, atol=1e-5) if dtype == torch.float32 else dict(rtol=3e-2, atol=3e-2)
+    torch.testing.assert_close(got.cpu().float(), expected, **tol)
+    grad = torch.randn(expected.shape)
+    expected.backward(grad)
+    got.backward(grad.to(dtype).openreg())
+    for d, c in zip(dev, cpu):
+        torch.testing.assert_close(d.grad.cpu().float(), c.grad, **tol)
+
+
+def test_sdpa_falls_back_to_math_where_the_kernel_does_not_apply():
+    import torch.nn.functional as F
+    q = torch.randn(1, 2, 4, 8).openreg()
+    assert torch._fused_sdp_choice(q, q, q, dropout_p=0.5) == 0  # MATH
+    assert torch._fused_sdp_choice(q.double(), q.double(), q.double()) == 0
+    out = F.scaled_dot_product_attention(q.double(), q.double(), q.double())
+    torch.testing.assert_close(out.cpu(), F.scaled_dot_product_attention(*[q.cpu().double()] * 3))
+
+
+# ---- quantize_per_tensor ----
+
+@pytest.mark.filterwarnings("ignore:torch.quantize_per_tensor")
+@pytest.mark.parametrize("dtype", [torch.quint8, torch.qint8, torch.qint32])
+def test_quantize_per_tensor_matches_cpu(dtype):
+    x = torch.randn(3, 5) * 4
+    expected = torch.quantize_per_tensor(x, 0.05, 7, dtype)
+    got = torch.quantize_per_tensor(x.openreg(), 0.05, 7, dtype)
+    assert got.is_quantized and got.device.type == "openreg" and got.dtype == dtype
+    assert (got.q_scale(), got.q_zero_point(), got.qscheme()) == (0.05, 7, torch.per_tensor_affine)
+    assert torch.equal(got.dequantize().cpu(), expected.dequantize())
+    got_t = torch.quantize_per_tensor(x.t().openreg(), 0.05, 7, dtype)  # non-contiguous input
+    assert torch.equal(got_t.dequantize().cpu(), torch.quantize_per_tensor(x.t(), 0.05, 7, dtype).dequantize())

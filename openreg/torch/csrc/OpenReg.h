@@ -60,6 +60,8 @@ void register_pointwise_ops();
 void register_reductions();
 void register_matmul();
 void register_autocast();
+void register_attention();
+void register_quantized_ops();
 void register_fallback();
 void register_serialization();
 

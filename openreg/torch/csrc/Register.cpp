@@ -32,6 +32,8 @@ void register_backend() {
     register_reductions();
     register_matmul();
   }
+  register_attention();
+  register_quantized_ops();
   register_autocast();
   register_fallback();
   register_serialization();

@@ -1,0 +1,126 @@
+// Scaled dot-product attention through PyTorch's "overrideable" backend slot: our
+// _fused_sdp_choice picks it for the cases handled here (and MATH otherwise), and the
+// forward and backward are composed of device operators (matrix products in gemm,
+// elementwise in the Rust kernels), in float32 whatever the input dtype.
+
+#include "OpenReg.h"
+
+#include <ATen/core/Tensor.h>
+#include <ATen/native/transformers/attention.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/logsumexp.h>
+#include <ATen/ops/matmul.h>
+#include <ATen/ops/ones.h>
+#include <ATen/ops/where.h>
+#include <torch/library.h>
+
+#include <cmath>
+#include <limits>
+
+namespace openreg {
+namespace {
+
+// SDPBackend's values (ATen/native/transformers/sdp_utils_cpp.h).
+constexpr int64_t kMath = 0;
+constexpr int64_t kOverrideable = 4;
+
+// ANCHOR: choice
+int64_t fused_sdp_choice(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                         const std::optional<at::Tensor>& mask, double dropout_p, bool is_causal,
+                         std::optional<double> scale, bool enable_gqa) {
+  const auto dtype = q.scalar_type();
+  const bool handled = dropout_p == 0.0 && !enable_gqa && q.dim() == 4 && k.dim() == 4 &&
+                       v.dim() == 4 && k.scalar_type() == dtype && v.scalar_type() == dtype &&
+                       (dtype == at::kFloat || dtype == at::kHalf || dtype == at::kBFloat16) &&
+                       q.size(0) == k.size(0) && q.size(1) == k.size(1);
+  return handled ? kOverrideable : kMath;
+}
+// ANCHOR_END: choice
+
+double scale_of(const at::Tensor& q, std::optional<double> scale) {
+  return scale.value_or(1.0 / std::sqrt(static_cast<double>(q.size(-1))));
+}
+
+// Q K^T * scale, plus the mask (boolean: false means masked out) and the causal mask, in float32.
+at::Tensor scores(const at::Tensor& q, const at::Tensor& k, const std::optional<at::Tensor>& bias,
+                  bool is_causal, double scale) {
+  at::Tensor s = at::matmul(q.to(at::kFloat), k.to(at::kFloat).transpose(-2, -1)).mul_(scale);
+  const double inf = std::numeric_limits<double>::infinity();
+  if (is_causal) {
+    const int64_t l = q.size(-2), n = k.size(-2);
+    at::Tensor keep = at::ones({l, n}, q.options().dtype(at::kBool)).tril();
+    s = at::where(keep, s, -inf);
+  }
+  if (bias && bias->defined()) {
+    s = bias->scalar_type() == at::kBool ? at::where(*bias, s, -inf) : s.add(bias->to(at::kFloat));
+  }
+  return s;
+}
+
+// ANCHOR: forward
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, c10::SymInt, c10::SymInt, at::Tensor,
+           at::Tensor, at::Tensor>
+attention_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                  const std::optional<at::Tensor>& bias, double dropout_p, bool is_causal,
+                  bool return_debug_mask, std::optional<double> scale) {
+  TORCH_CHECK(dropout_p == 0.0, "openreg's fused attention has no dropout; got dropout_p=",
+              dropout_p, " (torch.nn.functional.scaled_dot_product_attention uses the math path)");
+  const at::Tensor s = scores(q, k, bias, is_causal, scale_of(q, scale));
+  at::Tensor lse = at::logsumexp(s, -1);  // per query row: the softmax's normaliser
+  at::Tensor p = s.sub(lse.unsqueeze(-1)).exp_();
+  at::Tensor out = at::matmul(p, v.to(at::kFloat)).to(q.scalar_type());
+  const auto seed_options = at::TensorOptions().dtype(at::kLong);
+  at::Tensor debug = return_debug_mask ? p : at::empty({0}, q.options());
+  return {out, lse, at::Tensor(), at::Tensor(), q.sym_size(-2), k.sym_size(-2),
+          at::empty({}, seed_options), at::empty({}, seed_options), debug};
+}
+// ANCHOR_END: forward
+
+// ANCHOR: backward
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> attention_backward(
+    const at::Tensor& grad_out, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+    const at::Tensor& bias, std::array<bool, 4> mask, const at::Tensor& out,
+    const at::Tensor& lse, const at::Tensor&, const at::Tensor&, c10::SymInt, c10::SymInt,
+    double dropout_p, bool is_causal, const at::Tensor&, const at::Tensor&,
+    std::optional<double> scale) {
+  TORCH_CHECK(dropout_p == 0.0, "openreg's fused attention has no dropout; got dropout_p=",
+              dropout_p);
+  const double sc = scale_of(q, scale);
+  const at::Tensor s = scores(q, k, bias.defined() ? std::optional(bias) : std::nullopt,
+                              is_causal, sc);
+  const at::Tensor p = s.sub(lse.unsqueeze(-1)).exp_();  // the forward's probabilities
+  const at::Tensor d_out = grad_out.to(at::kFloat);
+  const at::Tensor qf = q.to(at::kFloat), kf = k.to(at::kFloat), vf = v.to(at::kFloat);
+  // dS = P * (dP - rowsum(dO * O)), with dP = dO V^T.
+  const at::Tensor d_p = at::matmul(d_out, vf.transpose(-2, -1));
+  const at::Tensor row = d_out.mul(out.to(at::kFloat)).sum(-1, true);
+  const at::Tensor d_s = p.mul(d_p.sub(row));
+  at::Tensor gq, gk, gv, gb;
+  if (mask[0]) gq = at::matmul(d_s, kf).mul_(sc).to(q.scalar_type());
+  if (mask[1]) gk = at::matmul(d_s.transpose(-2, -1), qf).mul_(sc).to(k.scalar_type());
+  if (mask[2]) gv = at::matmul(p.transpose(-2, -1), d_out).to(v.scalar_type());
+  if (mask[3] && bias.defined() && bias.scalar_type() != at::kBool) {
+    gb = d_s.sum_to_size(bias.sizes()).to(bias.scalar_type());
+  }
+  return {gq, gk, gv, gb};
+}
+// ANCHOR_END: backward
+
+} // namespace
+
+void register_attention() {
+  static torch::Library library(torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1,
+                                __FILE__, __LINE__);
+  static bool registered = [] {
+    // scaled_dot_product_attention asks the stub; torch._fused_sdp_choice asks the operator.
+    at::native::_fused_sdp_choice_stub.set_privateuse1_dispatch_ptr(&fused_sdp_choice);
+    library.impl("_fused_sdp_choice", TORCH_FN(fused_sdp_choice));
+    library.impl("_scaled_dot_product_fused_attention_overrideable", TORCH_FN(attention_forward));
+    library.impl("_scaled_dot_product_fused_attention_overrideable_backward",
+                 TORCH_FN(attention_backward));
+    return true;
+  }();
+  (void)registered;
+}
+
+} // namespace openreg
