@@ -25,13 +25,19 @@ fn main() {
         "csrc/Autocast.cpp",
         "csrc/Attention.cpp",
         "csrc/Quantize.cpp",
+        "csrc/Codegen.cpp",
         "csrc/Fallback.cpp",
         "csrc/Serialization.cpp",
         "csrc/Register.cpp",
     ];
+    // torchgen writes the registrations listed in native_functions.yaml (csrc/Codegen.cpp
+    // includes them).
+    let generated = std::path::PathBuf::from(std::env::var("OUT_DIR").unwrap()).join("torchgen");
+    torch.gen_backend_stubs(std::path::Path::new("native_functions.yaml"), &generated);
+
     let mut build = cxx_build::bridge("src/ffi.rs");
     torch.configure(&mut build);
-    build.files(sources).include("csrc").compile("openreg_torch_glue");
+    build.files(sources).include("csrc").include(&generated).compile("openreg_torch_glue");
     torch.link();
 
     for file in sources.iter().chain(&["csrc/OpenReg.h", "csrc/Generator.h", "csrc/Register.h", "csrc/Structured.h"]) {

@@ -28,14 +28,31 @@ def shapes_binary():
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("shapes", shapes_binary(), ids=str)
-@pytest.mark.parametrize("op", ["add", "sub", "mul", "div"])
+@pytest.mark.parametrize("op", ["add", "sub", "mul", "div", "maximum", "minimum"])
 def test_binary(op, shapes, dtype, device):
     a, b = (torch.randn(s).to(dtype) for s in shapes)
     fn = getattr(torch, op)
     check(fn, a, b, device=device, dtype=dtype)
     if op in ("add", "sub"):
         check(lambda x, y: fn(x, y, alpha=-2.5), a, b, device=device, dtype=dtype)
-    check(lambda x: fn(x, 2), a, device=device, dtype=dtype)  # a CPU scalar operand
+    if op not in ("maximum", "minimum"):
+        check(lambda x: fn(x, 2), a, device=device, dtype=dtype)  # a CPU scalar operand
+    else:
+        check(lambda x, y: fn(x, y, out=torch.empty(0, dtype=dtype, device=x.device)), a, b,
+              device=device, dtype=dtype)
+
+
+def test_maximum_minimum_are_registered_by_torchgen_and_propagate_nan():
+    for name in ["aten::maximum", "aten::maximum.out", "aten::minimum", "aten::minimum.out"]:
+        line = next(line for line in torch._C._dispatch_dump_table(name).splitlines()
+                    if line.startswith("PrivateUse1:"))
+        assert "torchgen/RegisterPrivateUse1.cpp" in line, line
+    a = torch.tensor([1.0, float("nan"), 3.0, -0.0])
+    b = torch.tensor([2.0, 1.0, float("nan"), 0.0])
+    for fn in [torch.maximum, torch.minimum]:
+        torch.testing.assert_close(fn(a.openreg(), b.openreg()).cpu(), fn(a, b), equal_nan=True)
+    assert torch.equal(torch.maximum(torch.arange(3).openreg(), torch.ones(3, dtype=torch.long).openreg()).cpu(),
+                       torch.tensor([1, 1, 2]))
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -3,7 +3,7 @@
 //!
 //! The interpreter is `PYO3_PYTHON` (the one pyo3 builds for), else `python3` on `PATH`.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 // ANCHOR: torch
@@ -18,6 +18,8 @@ pub struct Torch {
     pub include_dirs: Vec<PathBuf>,
     /// The directory holding `libc10.so`, `libtorch_cpu.so`, ...
     pub lib_dir: PathBuf,
+    /// The Python interpreter that has this torch (it also runs torchgen).
+    pub python: String,
 }
 
 const PROBE: &str = r#"
@@ -55,6 +57,7 @@ impl Torch {
             cxx11_abi: true,
             include_dirs: Vec::new(),
             lib_dir: PathBuf::new(),
+            python: python.clone(),
         };
         for line in String::from_utf8_lossy(&out.stdout).lines() {
             match line.split_once(' ') {
@@ -96,4 +99,23 @@ impl Torch {
     pub fn release(&self) -> &str {
         self.version.split('+').next().unwrap_or(&self.version)
     }
+
+    // ANCHOR: gen_backend_stubs
+    /// Runs torchgen's backend code generator (what out-of-tree backends such as torch_xla
+    /// use) on `yaml` into `out_dir`: `RegisterPrivateUse1.cpp`, the wrappers and their
+    /// registration, and `PrivateUse1NativeFunctions.h`, the kernels the backend must define.
+    pub fn gen_backend_stubs(&self, yaml: &Path, out_dir: &Path) {
+        println!("cargo:rerun-if-changed={}", yaml.display());
+        let out = Command::new(&self.python)
+            .args(["-P", "-m", "torchgen.gen_backend_stubs", "--source-yaml"])
+            .arg(yaml)
+            .arg("--output-dir")
+            .arg(out_dir)
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run {}: {e}", self.python));
+        if !out.status.success() {
+            panic!("torchgen.gen_backend_stubs failed on {}:\n{}", yaml.display(), String::from_utf8_lossy(&out.stderr));
+        }
+    }
+    // ANCHOR_END: gen_backend_stubs
 }

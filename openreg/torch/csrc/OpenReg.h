@@ -62,6 +62,7 @@ void register_matmul();
 void register_autocast();
 void register_attention();
 void register_quantized_ops();
+void register_codegen_ops();
 void register_fallback();
 void register_serialization();
 

@@ -31,6 +31,7 @@ void register_backend() {
     register_pointwise_ops();
     register_reductions();
     register_matmul();
+    register_codegen_ops();
   }
   register_attention();
   register_quantized_ops();

@@ -1,0 +1,77 @@
+// Kernels behind the registrations torchgen generates from native_functions.yaml.
+//
+// torchgen generates structured wrappers only for PyTorch's own backends: for an external one
+// (gen_backend_stubs.py: "TODO: allow structured external backends later") every operator is
+// unstructured, so `maximum` and `maximum.out` are two kernels to write. Each is one line over
+// the structured meta function, as PyTorch's own generated code would be.
+
+#include "Structured.h"
+
+#include <ATen/ops/maximum.h>
+#include <ATen/ops/maximum_meta.h>
+#include <ATen/ops/minimum.h>
+#include <ATen/ops/minimum_meta.h>
+
+#include "PrivateUse1NativeFunctions.h"
+
+namespace openreg {
+
+// ANCHOR: kernels
+template <class Meta, Variant kind, class Host>
+at::Tensor binary(const char* name, Pointwise op, const at::Tensor& self, const at::Tensor& other,
+                  const at::Tensor& given, Host&& host) {
+  Structured<Meta, kind> s(given);
+  s.meta(self, other);
+  if (!run_pointwise(s, op)) {
+    note_host_path(name, s.common_dtype());
+    at::Tensor out = host_alias(s.maybe_get_output(0));
+    host(out, host_alias(self), host_alias(other));
+  }
+  return s.result();
+}
+
+at::Tensor PrivateUse1NativeFunctions::maximum(const at::Tensor& self, const at::Tensor& other) {
+  return binary<at::meta::structured_maximum, Variant::Functional>(
+      "maximum", Pointwise::Maximum, self, other, {},
+      [](at::Tensor& o, const at::Tensor& a, const at::Tensor& b) { at::maximum_out(o, a, b); });
+}
+
+at::Tensor& PrivateUse1NativeFunctions::maximum_out(const at::Tensor& self,
+                                                    const at::Tensor& other, at::Tensor& out) {
+  binary<at::meta::structured_maximum, Variant::Out>(
+      "maximum.out", Pointwise::Maximum, self, other, out,
+      [](at::Tensor& o, const at::Tensor& a, const at::Tensor& b) { at::maximum_out(o, a, b); });
+  return out;
+}
+// ANCHOR_END: kernels
+
+at::Tensor PrivateUse1NativeFunctions::minimum(const at::Tensor& self, const at::Tensor& other) {
+  return binary<at::meta::structured_minimum, Variant::Functional>(
+      "minimum", Pointwise::Minimum, self, other, {},
+      [](at::Tensor& o, const at::Tensor& a, const at::Tensor& b) { at::minimum_out(o, a, b); });
+}
+
+at::Tensor& PrivateUse1NativeFunctions::minimum_out(const at::Tensor& self,
+                                                    const at::Tensor& other, at::Tensor& out) {
+  binary<at::meta::structured_minimum, Variant::Out>(
+      "minimum.out", Pointwise::Minimum, self, other, out,
+      [](at::Tensor& o, const at::Tensor& a, const at::Tensor& b) { at::minimum_out(o, a, b); });
+  return out;
+}
+
+} // namespace openreg
+
+// ANCHOR: include_generated
+// The generated file registers its wrappers with a static TORCH_LIBRARY_IMPL. A static
+// library's object file is linked only if something uses it, so it is compiled here, in the
+// same object as `register_codegen_ops`, which Register.cpp calls.
+#include "RegisterPrivateUse1.cpp"
+
+namespace openreg {
+void register_codegen_ops() {
+  const auto op = c10::Dispatcher::singleton().findOp(c10::OperatorName("aten::maximum", "out"));
+  TORCH_CHECK(op && op->hasKernelForDispatchKey(c10::DispatchKey::PrivateUse1),
+              "torchgen's registrations for openreg did not run");
+}
+} // namespace openreg
+// ANCHOR_END: include_generated
