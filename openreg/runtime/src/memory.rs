@@ -297,6 +297,26 @@ pub fn host_view(ptr: *const u8, len: usize) -> Result<*mut u8> {
     Ok((arena.shadow + offset) as *mut u8)
 }
 
+/// Like [`host_view`], for a caller that holds the allocation `[base, base + base_len)` alive
+/// (a tensor's storage): checks that `[ptr, ptr + len)` lies inside it and inside one device's
+/// memory, without taking the allocator's lock. Kernels translate their operands this way.
+pub fn host_view_within(ptr: *const u8, len: usize, base: *const u8, base_len: usize) -> Result<*mut u8> {
+    let (addr, start) = (ptr as usize, base as usize);
+    let invalid = || Error::InvalidPointer { addr, len, expected: "a range inside its tensor's storage" };
+    let inside = addr >= start && addr.checked_add(len).is_some_and(|end| end <= start + base_len);
+    if !inside {
+        return Err(invalid());
+    }
+    let arena = existing_arenas_full()
+        .find(|a| (a.base..a.base + a.capacity).contains(&start) && start + base_len <= a.base + a.capacity)
+        .ok_or_else(invalid)?;
+    Ok((arena.shadow + (addr - arena.base)) as *mut u8)
+}
+
+fn existing_arenas_full() -> impl Iterator<Item = &'static Arena> {
+    ARENAS.iter().filter_map(|a| a.get()).filter_map(|a| a.as_ref().ok())
+}
+
 /// `(free, total)` bytes of `device`, as `torch.accelerator.get_memory_info` reports them.
 pub fn memory_info(device: i64) -> Result<(usize, usize)> {
     let arena = arena(check_device(device)?)?;

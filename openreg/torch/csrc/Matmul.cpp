@@ -28,7 +28,8 @@ void check_devices(const char* method, std::initializer_list<const at::Tensor*> 
 // A 2-D tensor, or a 3-D batch of them, as the Rust kernel sees it (strides in elements).
 Matrix matrix(const at::Tensor& t) {
   const int64_t d = t.dim();
-  return Matrix{addr(t.data_ptr()), d == 3 ? t.stride(0) : 0, t.stride(d - 2), t.stride(d - 1)};
+  return Matrix{addr(t.data_ptr()), addr(t.storage().data()), t.storage().nbytes(),
+                d == 3 ? t.stride(0) : 0, t.stride(d - 2), t.stride(d - 1)};
 }
 
 // out = beta * out + alpha * (a @ b) in Rust; false when the kernel does not apply.

@@ -36,6 +36,7 @@ bool run_pointwise(at::TensorIteratorBase& iter, Pointwise op, double scalar) {
     return false;
   }
   std::array<size_t, 3> data{};
+  std::array<size_t, 6> storages{};  // (address, bytes) of each operand's storage
   std::array<int8_t, 3> dtypes{};
   std::array<double, 3> constants{};
   c10::SmallVector<int64_t, 12> strides;
@@ -53,10 +54,14 @@ bool run_pointwise(at::TensorIteratorBase& iter, Pointwise op, double scalar) {
       constants[k] = iter.scalar_value<double>(k);
     } else {
       data[k] = addr(iter.data_ptr(k));
+      const auto& storage = iter.tensor_base(k).storage();
+      storages[2 * k] = addr(storage.data());
+      storages[2 * k + 1] = storage.nbytes();
     }
   }
   call([&] {
     launch_pointwise(op, scalar, {data.data(), static_cast<size_t>(n)},
+                     {storages.data(), static_cast<size_t>(2 * n)},
                      {dtypes.data(), static_cast<size_t>(n)},
                      {constants.data(), static_cast<size_t>(n)},
                      {iter.shape().data(), iter.shape().size()}, {strides.data(), strides.size()},

@@ -54,12 +54,18 @@ bool run_reduction(at::TensorIterator& iter, Reduction op, double count) {
     }
   }
   std::array<size_t, 2> data{addr(iter.data_ptr(0)), addr(iter.data_ptr(1))};
+  std::array<size_t, 4> storages{};
+  for (int k = 0; k < 2; ++k) {
+    const auto& storage = iter.tensor_base(k).storage();
+    storages[2 * k] = addr(storage.data());
+    storages[2 * k + 1] = storage.nbytes();
+  }
   c10::SmallVector<int64_t, 12> strides;
   for (int k = 0; k < 2; ++k) {
     strides.append(iter.strides(k).begin(), iter.strides(k).end());
   }
   call([&] {
-    launch_reduction(op, count, {data.data(), 2}, {dtypes.data(), 2},
+    launch_reduction(op, count, {data.data(), 2}, {storages.data(), 4}, {dtypes.data(), 2},
                      {iter.shape().data(), iter.shape().size()}, {strides.data(), strides.size()},
                      iter.device(0).index());
   });

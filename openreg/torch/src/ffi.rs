@@ -103,10 +103,13 @@ pub(crate) mod ffi {
         Amax,
     }
 
-    /// A (batch of) matrices in device memory: address and strides in elements.
+    /// A (batch of) matrices in device memory: address and strides in elements, and the
+    /// storage (address, bytes) that holds it.
     #[derive(Debug, Clone, Copy)]
     struct Matrix {
         data: usize,
+        storage: usize,
+        storage_len: usize,
         batch_stride: i64,
         row_stride: i64,
         col_stride: i64,
@@ -156,6 +159,7 @@ pub(crate) mod ffi {
             op: Pointwise,
             scalar: f64,
             data: &[usize],
+            storages: &[usize],
             dtypes: &[i8],
             constants: &[f64],
             shape: &[i64],
@@ -166,6 +170,7 @@ pub(crate) mod ffi {
             op: Reduction,
             count: f64,
             data: &[usize],
+            storages: &[usize],
             dtypes: &[i8],
             shape: &[i64],
             strides: &[i64],

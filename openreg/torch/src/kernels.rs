@@ -6,6 +6,7 @@
 mod dtype;
 mod elementwise;
 mod matmul;
+mod pool;
 mod reduce;
 mod walk;
 
@@ -62,13 +63,15 @@ fn launch(device: i64, elements: usize, task: impl FnOnce() + Send + 'static) ->
 }
 // ANCHOR_END: launch
 
-/// The runtime's address of `len` bytes at device address `ptr`, checked to lie in one live
-/// allocation (an error, not a crash, if the tensor's metadata points elsewhere).
-fn view(ptr: usize, len: usize) -> Result<usize> {
+/// The runtime's address of `len` bytes at device address `ptr`, checked to lie inside the
+/// operand's storage `[storage[0], storage[0] + storage[1])` (an error, not a crash, if a
+/// tensor's metadata points elsewhere). The tensor keeps its storage alive meanwhile.
+fn view(ptr: usize, len: usize, storage: &[usize]) -> Result<usize> {
     if len == 0 {
         return Ok(ptr);
     }
-    Ok(rt::host_view(ptr as *const u8, len)? as usize)
+    let (base, bytes) = (storage.first().copied().unwrap_or(0), storage.get(1).copied().unwrap_or(0));
+    Ok(rt::host_view_within(ptr as *const u8, len, base as *const u8, bytes)? as usize)
 }
 
 fn unsupported(what: &str, code: i8) -> Failure {
@@ -92,9 +95,10 @@ pub(crate) fn pointwise_supported(op: Pointwise, dtypes: &[i8]) -> bool {
 /// `constants[k]` instead. `scalar` is alpha, the threshold, or the fill value.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn launch_pointwise(
-    op: Pointwise, scalar: f64, data: &[usize], dtypes: &[i8], constants: &[f64], shape: &[i64],
-    strides: &[i64], device: i64,
+    op: Pointwise, scalar: f64, data: &[usize], storages: &[usize], dtypes: &[i8], constants: &[f64],
+    shape: &[i64], strides: &[i64], device: i64,
 ) -> Result<()> {
+    let storage = |k: usize| storages.get(2 * k..2 * k + 2).unwrap_or(&[]);
     if !pointwise_supported(op, dtypes) {
         return Err(unsupported("this operation", dtypes.first().copied().unwrap_or(-1)));
     }
@@ -106,16 +110,16 @@ pub(crate) fn launch_pointwise(
     // A same-dtype copy of a dtype we do not compute in moves raw elements of its size.
     if Dtype::from_code(dtypes[0]).is_none() {
         let size = dtype::item_size(dtypes[0]).unwrap_or(1);
-        let (dst, src) = (view(data[0], layout.extent(0, size))?, view(data[1], layout.extent(1, size))?);
+        let (dst, src) = (view(data[0], layout.extent(0, size), storage(0))?, view(data[1], layout.extent(1, size), storage(1))?);
         return launch(device, n, move || copy_raw(&layout, dst, src, size));
     }
     let dtype_of = |k: usize| Dtype::from_code(dtypes[k]).unwrap_or(Dtype::Float);
-    let out = (view(data[0], layout.extent(0, dtype_of(0).size()))?, dtype_of(0));
+    let out = (view(data[0], layout.extent(0, dtype_of(0).size()), storage(0))?, dtype_of(0));
     let mut inputs = Vec::with_capacity(data.len() - 1);
     for k in 1..data.len() {
         inputs.push(match data[k] {
             0 => Source::Constant(constants.get(k).copied().unwrap_or(0.0) as f32),
-            ptr => Source::Memory { base: view(ptr, layout.extent(k, dtype_of(k).size()))?, dtype: dtype_of(k) },
+            ptr => Source::Memory { base: view(ptr, layout.extent(k, dtype_of(k).size()), storage(k))?, dtype: dtype_of(k) },
         });
     }
     let work = Elementwise { op, scalar: scalar as f32, out, inputs, layout };
@@ -143,7 +147,8 @@ fn copy_raw(layout: &Layout, dst: usize, src: usize, size: usize) {
 /// Launches a reduction built by `make_reduction` (output first, with 0 strides along the
 /// reduced dimensions); `count` is the number of inputs per output, the divisor of a mean.
 pub(crate) fn launch_reduction(
-    op: Reduction, count: f64, data: &[usize], dtypes: &[i8], shape: &[i64], strides: &[i64], device: i64,
+    op: Reduction, count: f64, data: &[usize], storages: &[usize], dtypes: &[i8], shape: &[i64],
+    strides: &[i64], device: i64,
 ) -> Result<()> {
     let (Some(out), Some(input)) = (Dtype::from_code(dtypes[0]), Dtype::from_code(dtypes[1])) else {
         return Err(unsupported("this reduction", dtypes[1]));
@@ -153,8 +158,9 @@ pub(crate) fn launch_reduction(
     if n == 0 {
         return Ok(());
     }
-    let out = (view(data[0], layout.extent(0, out.size()))?, out);
-    let input = (view(data[1], layout.extent(1, input.size()))?, input);
+    let storage = |k: usize| storages.get(2 * k..2 * k + 2).unwrap_or(&[]);
+    let out = (view(data[0], layout.extent(0, out.size()), storage(0))?, out);
+    let input = (view(data[1], layout.extent(1, input.size()), storage(1))?, input);
     let work = reduce::Reduce { op, count, out, input, layout };
     launch(device, n, move || work.run())
 }
@@ -172,7 +178,7 @@ pub(crate) fn launch_matmul(
     }
     let checked = |x: &Matrix, rows: usize, cols: usize| -> Result<Matrix> {
         let last = (batch - 1) as i64 * x.batch_stride + (rows - 1) as i64 * x.row_stride + (cols - 1) as i64 * x.col_stride;
-        Ok(Matrix { data: view(x.data, (last.max(0) as usize + 1) * dt.size())?, ..*x })
+        Ok(Matrix { data: view(x.data, (last.max(0) as usize + 1) * dt.size(), &[x.storage, x.storage_len])?, ..*x })
     };
     let work = matmul::Matmul {
         dtype: dt, batch, m, n, k,

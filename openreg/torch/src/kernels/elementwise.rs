@@ -3,7 +3,6 @@
 //! dimension is converted to float32 in blocks, computed, and converted back; float32
 //! contiguous runs are read and written in place.
 
-use rayon::prelude::*;
 
 use super::dtype::{self, Dtype};
 use super::walk::Layout;
@@ -11,8 +10,32 @@ use crate::ffi::ffi::Pointwise;
 
 /// Elements converted and computed at a time (the float32 buffers stay in L1).
 const BLOCK: usize = 512;
-/// Elements per parallel task.
-const CHUNK: usize = 1 << 16;
+/// The smallest part worth a thread of its own (waking one costs microseconds).
+const PARALLEL: usize = 1 << 15;
+
+// ANCHOR: parallel
+/// Splits `0..n` into one part per thread (none smaller than [`PARALLEL`]) and runs
+/// `f(start, count)` on each, the first on the calling thread (see `pool.rs`).
+pub(crate) fn parallel(n: usize, f: impl Fn(usize, usize) + Sync) {
+    parallel_min(n, PARALLEL, f)
+}
+
+/// [`parallel`] with parts of at least `min` items.
+pub(crate) fn parallel_min(n: usize, min: usize, f: impl Fn(usize, usize) + Sync) {
+    let parts = super::pool::threads().min(n / min.max(1)).max(1);
+    let part = n.div_ceil(parts);
+    super::pool::run(parts, |p| {
+        let start = p * part;
+        f(start, part.min(n.saturating_sub(start)));
+    });
+}
+// ANCHOR_END: parallel
+
+thread_local! {
+    /// Per-thread conversion buffers (two inputs, one output), zeroed once, not per call.
+    static SCRATCH: std::cell::RefCell<Box<[[f32; BLOCK]; 3]>> =
+        std::cell::RefCell::new(Box::new([[0.0; BLOCK]; 3]));
+}
 
 /// Where an input's elements come from.
 #[derive(Debug, Clone, Copy)]
@@ -57,34 +80,28 @@ impl Elementwise {
     /// Runs the whole operation, in parallel chunks when it is large.
     pub(crate) fn run(&self) {
         let n = self.layout.numel();
-        if n <= CHUNK {
-            return self.run_range(0, n);
-        }
-        (0..n.div_ceil(CHUNK)).into_par_iter().for_each(|c| {
-            let start = c * CHUNK;
-            self.run_range(start, CHUNK.min(n - start));
-        });
+        parallel(n, |start, count| self.run_range(start, count));
     }
 
     fn run_range(&self, start: usize, count: usize) {
-        let mut a = [0f32; BLOCK];
-        let mut b = [0f32; BLOCK];
-        let mut o = [0f32; BLOCK];
-        // Constants are loaded once.
-        for (k, buf) in [&mut a, &mut b].into_iter().enumerate() {
-            if let Some(Source::Constant(v)) = self.inputs.get(k) {
-                buf.fill(*v);
+        SCRATCH.with_borrow_mut(|scratch| {
+            let [a, b, o] = &mut **scratch;
+            // Constants are loaded once.
+            for (k, buf) in [&mut *a, &mut *b].into_iter().enumerate() {
+                if let Some(Source::Constant(v)) = self.inputs.get(k) {
+                    buf.fill(*v);
+                }
             }
-        }
-        self.layout.walk(start, count, |offsets, len| {
-            let mut done = 0;
-            while done < len {
-                let n = (len - done).min(BLOCK);
-                let at = |k: usize| offsets[k] + (done as isize) * self.layout.strides[0][k];
-                // SAFETY: C++ checked every operand's extent against its live allocation.
-                unsafe { self.block(&at, n, &mut a, &mut b, &mut o) };
-                done += n;
-            }
+            self.layout.walk(start, count, |offsets, len| {
+                let mut done = 0;
+                while done < len {
+                    let n = (len - done).min(BLOCK);
+                    let at = |k: usize| offsets[k] + (done as isize) * self.layout.strides[0][k];
+                    // SAFETY: C++ checked every operand's extent against its live allocation.
+                    unsafe { self.block(&at, n, a, b, o) };
+                    done += n;
+                }
+            });
         });
     }
 
@@ -124,29 +141,94 @@ impl Elementwise {
 /// # Safety
 /// `a`, `b` (as far as the operation reads them) and `o` must be valid for `n` elements.
 unsafe fn compute(op: Pointwise, x: f32, a: *const f32, b: *const f32, o: *mut f32, n: usize) {
+    // The same loops compiled three times, for the widest vectors this CPU has (the crate is
+    // built for baseline x86-64, whose SSE2 is a quarter of AVX-512's width).
+    #[cfg(target_arch = "x86_64")]
     unsafe {
-        let unary = |f: fn(f32) -> f32| (0..n).for_each(|i| *o.add(i) = f(*a.add(i)));
-        let binary = |f: fn(f32, f32, f32) -> f32| (0..n).for_each(|i| *o.add(i) = f(*a.add(i), *b.add(i), x));
+        if std::arch::is_x86_feature_detected!("avx512f") {
+            return compute_avx512(op, x, a, b, o, n);
+        }
+        if std::arch::is_x86_feature_detected!("avx2") {
+            return compute_avx2(op, x, a, b, o, n);
+        }
+    }
+    unsafe { compute_any(op, x, a, b, o, n) }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn compute_avx512(op: Pointwise, x: f32, a: *const f32, b: *const f32, o: *mut f32, n: usize) {
+    unsafe { compute_any(op, x, a, b, o, n) }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn compute_avx2(op: Pointwise, x: f32, a: *const f32, b: *const f32, o: *mut f32, n: usize) {
+    unsafe { compute_any(op, x, a, b, o, n) }
+}
+
+#[inline(always)]
+unsafe fn compute_any(op: Pointwise, x: f32, a: *const f32, b: *const f32, o: *mut f32, n: usize) {
+    unsafe {
         match op {
-            Pointwise::Fill => (0..n).for_each(|i| *o.add(i) = x),
-            Pointwise::Copy => unary(|a| a),
-            Pointwise::Neg => unary(|a| -a),
-            Pointwise::Abs => unary(f32::abs),
-            Pointwise::Exp => unary(f32::exp),
-            Pointwise::Relu => unary(|a| if a > 0.0 || a.is_nan() { a } else { 0.0 }),
-            Pointwise::Sigmoid => unary(|a| 1.0 / (1.0 + (-a).exp())),
-            Pointwise::Tanh => unary(f32::tanh),
-            Pointwise::Add if x == 1.0 => binary(|a, b, _| a + b),
-            Pointwise::Add => binary(|a, b, x| a + x * b),
-            Pointwise::Mul => binary(|a, b, _| a * b),
-            Pointwise::Div => binary(|a, b, _| a / b),
-            Pointwise::Maximum => binary(|a, b, _| if a.is_nan() || b.is_nan() { f32::NAN } else { a.max(b) }),
-            Pointwise::Minimum => binary(|a, b, _| if a.is_nan() || b.is_nan() { f32::NAN } else { a.min(b) }),
+            Pointwise::Fill => map1(n, a, o, |_| x),
+            Pointwise::Copy => map1(n, a, o, |a| a),
+            Pointwise::Neg => map1(n, a, o, |a| -a),
+            Pointwise::Abs => map1(n, a, o, f32::abs),
+            Pointwise::Exp => map1(n, a, o, f32::exp),
+            Pointwise::Relu => map1(n, a, o, |a| if a > 0.0 || a.is_nan() { a } else { 0.0 }),
+            Pointwise::Sigmoid => map1(n, a, o, |a| 1.0 / (1.0 + (-a).exp())),
+            Pointwise::Tanh => map1(n, a, o, f32::tanh),
+            Pointwise::Add if x == 1.0 => map2(n, a, b, o, |a, b| a + b),
+            Pointwise::Add => map2(n, a, b, o, |a, b| a + x * b),
+            Pointwise::Mul => map2(n, a, b, o, |a, b| a * b),
+            Pointwise::Div => map2(n, a, b, o, |a, b| a / b),
+            Pointwise::Maximum => map2(n, a, b, o, |a, b| if a.is_nan() || b.is_nan() { f32::NAN } else { a.max(b) }),
+            Pointwise::Minimum => map2(n, a, b, o, |a, b| if a.is_nan() || b.is_nan() { f32::NAN } else { a.min(b) }),
             // threshold_backward's iterator lists `self` before `grad`: the gradient where
             // self > threshold.
-            Pointwise::ThresholdBackward => binary(|s, grad, x| if s <= x { 0.0 } else { grad }),
+            Pointwise::ThresholdBackward => map2(n, a, b, o, |s, grad| if s <= x { 0.0 } else { grad }),
             _ => {} // arity() admits only the operations above
         }
     }
 }
-// ANCHOR_END: compute
+
+/// `o[i] = f(a[i])`: generic, so `f` is inlined and the loop vectorised. In place (`o == a`)
+/// is a case of its own: the compiler cannot vectorise a loop whose output may overlap its
+/// input, and TensorIterator has already ruled out every overlap but an exact one.
+#[inline(always)]
+unsafe fn map1(n: usize, a: *const f32, o: *mut f32, f: impl Fn(f32) -> f32) {
+    unsafe {
+        let out = std::slice::from_raw_parts_mut(o, n);
+        if a == o.cast_const() {
+            out.iter_mut().for_each(|v| *v = f(*v));
+        } else {
+            let a = std::slice::from_raw_parts(a, n);
+            out.iter_mut().zip(a).for_each(|(o, &a)| *o = f(a));
+        }
+    }
+}
+
+/// `o[i] = f(a[i], b[i])`, with `o` possibly equal to `a` or `b`.
+#[inline(always)]
+unsafe fn map2(n: usize, a: *const f32, b: *const f32, o: *mut f32, f: impl Fn(f32, f32) -> f32) {
+    unsafe {
+        let out = std::slice::from_raw_parts_mut(o, n);
+        let (a_is_o, b_is_o) = (a == o.cast_const(), b == o.cast_const());
+        match (a_is_o, b_is_o) {
+            (true, true) => out.iter_mut().for_each(|v| *v = f(*v, *v)),
+            (true, false) => {
+                let b = std::slice::from_raw_parts(b, n);
+                out.iter_mut().zip(b).for_each(|(v, &b)| *v = f(*v, b));
+            }
+            (false, true) => {
+                let a = std::slice::from_raw_parts(a, n);
+                out.iter_mut().zip(a).for_each(|(v, &a)| *v = f(a, *v));
+            }
+            (false, false) => {
+                let (a, b) = (std::slice::from_raw_parts(a, n), std::slice::from_raw_parts(b, n));
+                out.iter_mut().zip(a.iter().zip(b)).for_each(|(o, (&a, &b))| *o = f(a, b));
+            }
+        }
+    }
+}

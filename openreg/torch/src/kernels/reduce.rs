@@ -1,7 +1,7 @@
 //! Reductions over a TensorIterator built by `make_reduction`: operand 0 is the output, with
 //! stride 0 along every reduced dimension; operand 1 is the input. Accumulates in float64.
 
-use rayon::prelude::*;
+use std::sync::Mutex;
 
 use super::dtype::{self, Dtype};
 use super::walk::Layout;
@@ -92,26 +92,30 @@ impl Reduce {
             return;
         }
         if outputs == 1 {
-            // One output: split the input between threads and merge the partial results.
-            let chunks = per_output.div_ceil(CHUNK).max(1);
-            let total = (0..chunks)
-                .into_par_iter()
-                .map(|c| self.accumulate(&reduced, 0, c * CHUNK, CHUNK.min(per_output - c * CHUNK)))
-                .reduce(|| Acc::new(self.op), Acc::merge);
+            // One output: each thread reduces a slice of the input; the partial results merge.
+            let threads = super::pool::threads().min(per_output / CHUNK).max(1);
+            let part = per_output.div_ceil(threads);
+            let partial: Vec<Mutex<Acc>> = (0..threads).map(|_| Mutex::new(Acc::new(self.op))).collect();
+            super::pool::run(threads, |p| {
+                let start = p * part;
+                let acc = self.accumulate(&reduced, 0, start, part.min(per_output.saturating_sub(start)));
+                *partial[p].lock().unwrap_or_else(|e| e.into_inner()) = acc;
+            });
+            let total = partial
+                .into_iter()
+                .map(|m| m.into_inner().unwrap_or_else(|e| e.into_inner()))
+                .fold(Acc::new(self.op), Acc::merge);
             return self.write(0, total);
         }
         // Many outputs: each thread computes whole outputs.
-        let task = |o: usize| {
-            let (mut out, mut at) = (0isize, 0isize);
-            kept.walk(o, 1, |offsets, _| (out, at) = (offsets[0], offsets[1]));
-            let acc = self.accumulate(&reduced, at, 0, per_output);
-            self.write(out, acc);
-        };
-        if outputs * per_output > CHUNK {
-            (0..outputs).into_par_iter().for_each(task);
-        } else {
-            (0..outputs).for_each(task);
-        }
+        super::elementwise::parallel_min(outputs, (CHUNK / per_output.max(1)).max(1), |start, count| {
+            for o in start..start + count {
+                let (mut out, mut at) = (0isize, 0isize);
+                kept.walk(o, 1, |offsets, _| (out, at) = (offsets[0], offsets[1]));
+                let acc = self.accumulate(&reduced, at, 0, per_output);
+                self.write(out, acc);
+            }
+        });
     }
 
     /// Accumulates `count` input elements of the reduced space from linear index `start`,

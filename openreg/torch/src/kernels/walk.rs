@@ -56,7 +56,13 @@ impl Layout {
         }
         let ndim = self.shape.len();
         // The multi-index of `start`, and the offsets it gives.
-        let mut index = vec![0usize; ndim];
+        let (mut small, mut big) = ([0usize; 16], Vec::new());
+        let index: &mut [usize] = if ndim <= small.len() {
+            &mut small[..ndim]
+        } else {
+            big.resize(ndim, 0);
+            &mut big
+        };
         let mut offsets = [0isize; MAX_OPERANDS];
         let mut rest = start;
         for d in 0..ndim {

@@ -1,0 +1,171 @@
+//! The kernels' worker threads. A kernel split into parts runs part 0 on the calling thread
+//! and the others on helpers, which spin briefly after each kernel before they sleep: back to
+//! back kernels (the common case) then start in well under a microsecond, where waking a
+//! sleeping thread costs tens. OpenMP, under PyTorch's CPU kernels, does the same.
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Condvar, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+/// How long an idle helper spins before it sleeps.
+const SPIN: Duration = Duration::from_micros(200);
+
+type Part<'a> = &'a (dyn Fn(usize) + Sync);
+
+struct Pool {
+    helpers: usize,
+    /// One kernel at a time; a second caller meanwhile runs its parts itself.
+    busy: AtomicBool,
+    /// Bumped for each kernel; helpers watch it.
+    epoch: AtomicU64,
+    /// The current kernel's parts (its lifetime is erased; see `run`).
+    job: Mutex<Option<(Part<'static>, usize)>>,
+    next: AtomicUsize,
+    done: AtomicUsize,
+    failed: AtomicBool,
+    sleeping: Mutex<usize>,
+    wake: Condvar,
+}
+
+fn pool() -> &'static Pool {
+    static POOL: OnceLock<&'static Pool> = OnceLock::new();
+    POOL.get_or_init(|| {
+        let helpers = std::thread::available_parallelism().map_or(1, |n| n.get()).saturating_sub(1);
+        let pool: &'static Pool = Box::leak(Box::new(Pool {
+            helpers,
+            busy: AtomicBool::new(false),
+            epoch: AtomicU64::new(0),
+            job: Mutex::new(None),
+            next: AtomicUsize::new(0),
+            done: AtomicUsize::new(0),
+            failed: AtomicBool::new(false),
+            sleeping: Mutex::new(0),
+            wake: Condvar::new(),
+        }));
+        for i in 0..helpers {
+            let spawned = std::thread::Builder::new().name(format!("openreg-kernel-{i}")).spawn(move || pool.helper());
+            if spawned.is_err() {
+                // No helper: `run` still completes every part on the calling thread.
+                break;
+            }
+        }
+        pool
+    })
+}
+
+/// The number of threads a kernel can use.
+pub(crate) fn threads() -> usize {
+    pool().helpers + 1
+}
+
+/// Runs `part(0)` .. `part(parts - 1)`, spread over the calling thread and the helpers, and
+/// returns when all are done. Panics (after all parts ended) if one of them panicked.
+pub(crate) fn run(parts: usize, part: impl Fn(usize) + Sync) {
+    let pool = pool();
+    if parts <= 1 || pool.helpers == 0 || pool.busy.swap(true, Ordering::Acquire) {
+        return (0..parts).for_each(part);
+    }
+    let part: Part<'_> = &part;
+    // SAFETY: the helpers call `part` only until `done` reaches `parts - 1`, and this function
+    // does not return (so `part` outlives every call) before that.
+    let part: Part<'static> = unsafe { std::mem::transmute(part) };
+    *pool.job.lock().unwrap_or_else(|e| e.into_inner()) = Some((part, parts));
+    pool.next.store(1, Ordering::Release);
+    pool.done.store(0, Ordering::Release);
+    pool.epoch.fetch_add(1, Ordering::AcqRel);
+    if *pool.sleeping.lock().unwrap_or_else(|e| e.into_inner()) > 0 {
+        pool.wake.notify_all();
+    }
+    let mine = catch_unwind(AssertUnwindSafe(|| part(0)));
+    // Take parts the helpers have not claimed, then wait for theirs.
+    loop {
+        let p = pool.next.fetch_add(1, Ordering::AcqRel);
+        if p >= parts {
+            break;
+        }
+        if catch_unwind(AssertUnwindSafe(|| part(p))).is_err() {
+            pool.failed.store(true, Ordering::Release);
+        }
+        pool.done.fetch_add(1, Ordering::AcqRel);
+    }
+    while pool.done.load(Ordering::Acquire) < parts - 1 {
+        std::hint::spin_loop();
+    }
+    *pool.job.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    let failed = pool.failed.swap(false, Ordering::AcqRel);
+    pool.busy.store(false, Ordering::Release);
+    if mine.is_err() || failed {
+        panic!("a kernel part panicked");
+    }
+}
+
+impl Pool {
+    fn helper(&self) {
+        let mut seen = self.epoch.load(Ordering::Acquire);
+        loop {
+            // Spin for a new kernel, then sleep until one is announced.
+            let start = Instant::now();
+            while self.epoch.load(Ordering::Acquire) == seen {
+                if start.elapsed() > SPIN {
+                    let mut sleeping = self.sleeping.lock().unwrap_or_else(|e| e.into_inner());
+                    *sleeping += 1;
+                    while self.epoch.load(Ordering::Acquire) == seen {
+                        sleeping = self.wake.wait(sleeping).unwrap_or_else(|e| e.into_inner());
+                    }
+                    *sleeping -= 1;
+                    break;
+                }
+                std::hint::spin_loop();
+            }
+            seen = self.epoch.load(Ordering::Acquire);
+            let Some((part, parts)) = *self.job.lock().unwrap_or_else(|e| e.into_inner()) else { continue };
+            loop {
+                let p = self.next.fetch_add(1, Ordering::AcqRel);
+                if p >= parts {
+                    break;
+                }
+                if catch_unwind(AssertUnwindSafe(|| part(p))).is_err() {
+                    self.failed.store(true, Ordering::Release);
+                }
+                self.done.fetch_add(1, Ordering::AcqRel);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_part_runs_once_from_many_threads() {
+        let counts: Vec<AtomicUsize> = (0..64).map(|_| AtomicUsize::new(0)).collect();
+        std::thread::scope(|s| {
+            for _ in 0..4 {
+                s.spawn(|| {
+                    for _ in 0..200 {
+                        run(64, |p| {
+                            counts[p].fetch_add(1, Ordering::Relaxed);
+                        });
+                    }
+                });
+            }
+        });
+        assert!(counts.iter().all(|c| c.load(Ordering::Relaxed) == 800));
+    }
+
+    #[test]
+    fn a_panicking_part_is_reported_after_all_parts_ran() {
+        let ran = AtomicUsize::new(0);
+        let result = catch_unwind(AssertUnwindSafe(|| {
+            run(8, |p| {
+                ran.fetch_add(1, Ordering::Relaxed);
+                assert!(p != 3, "part 3 fails");
+            })
+        }));
+        assert!(result.is_err());
+        assert_eq!(ran.load(Ordering::Relaxed), 8);
+        run(4, |_| {}); // and the pool still works
+    }
+}
