@@ -27,41 +27,55 @@ pub(crate) struct Matmul {
 
 impl Matmul {
     pub(crate) fn run(&self) {
-        let threads = if self.m * self.n * self.k >= PARALLEL_WORK { Parallelism::Rayon(0) } else { Parallelism::None };
+        // Large products are split by columns over the kernel threads (pool.rs), each part a
+        // single-threaded gemm: gemm's own rayon threads take tens of µs to wake.
+        let parts = if self.m * self.n * self.k >= PARALLEL_WORK { super::pool::threads().min(self.n / 16).max(1) } else { 1 };
+        let width = self.n.div_ceil(parts);
         for i in 0..self.batch as isize {
-            // SAFETY: C++ checked each operand's extent against its live allocation.
-            unsafe {
-                match self.dtype {
-                    Dtype::Float => self.product::<f32>(i, threads, self.alpha as f32, self.beta as f32),
-                    Dtype::Half => {
-                        self.product::<f16>(i, threads, f16::from_f64(self.alpha), f16::from_f64(self.beta))
-                    }
-                    Dtype::BFloat16 => self.product_bf16(i, threads),
+            super::pool::run(parts, |p| {
+                let (first, n) = (p * width, width.min(self.n.saturating_sub(p * width)));
+                if n == 0 {
+                    return;
                 }
-            }
+                // SAFETY: C++ checked each operand's extent against its storage; parts write
+                // disjoint columns of `out`.
+                unsafe {
+                    match self.dtype {
+                        Dtype::Float => self.product::<f32>(i, first, n, self.alpha as f32, self.beta as f32),
+                        Dtype::Half => {
+                            self.product::<f16>(i, first, n, f16::from_f64(self.alpha), f16::from_f64(self.beta))
+                        }
+                        Dtype::BFloat16 => self.product_bf16(i, first, n),
+                    }
+                }
+            });
         }
     }
 
-    /// One product in `T`. `gemm` computes `dst = alpha * dst + beta * lhs @ rhs`: its alpha
-    /// is PyTorch's beta and the other way round, and a zero beta must not read `out`.
-    unsafe fn product<T: 'static>(&self, i: isize, threads: Parallelism, alpha: T, beta: T) {
-        let at = |m: &Matrix| (m.data as *mut T).wrapping_offset(i * m.batch_stride as isize);
+    /// Columns `first..first + n` of one product in `T`. `gemm` computes
+    /// `dst = alpha * dst + beta * lhs @ rhs`: its alpha is PyTorch's beta and the other way
+    /// round, and a zero beta must not read `out`.
+    unsafe fn product<T: 'static>(&self, i: isize, first: usize, n: usize, alpha: T, beta: T) {
+        let at = |m: &Matrix, col: usize| {
+            (m.data as *mut T).wrapping_offset(i * m.batch_stride as isize + (col as isize) * m.col_stride as isize)
+        };
         unsafe {
             gemm(
-                self.m, self.n, self.k,
-                at(&self.out), self.out.col_stride as isize, self.out.row_stride as isize,
+                self.m, n, self.k,
+                at(&self.out, first), self.out.col_stride as isize, self.out.row_stride as isize,
                 self.beta != 0.0,
-                at(&self.a), self.a.col_stride as isize, self.a.row_stride as isize,
-                at(&self.b), self.b.col_stride as isize, self.b.row_stride as isize,
-                beta, alpha, false, false, false, threads,
+                at(&self.a, 0), self.a.col_stride as isize, self.a.row_stride as isize,
+                at(&self.b, first), self.b.col_stride as isize, self.b.row_stride as isize,
+                beta, alpha, false, false, false, Parallelism::None,
             )
         }
     }
 
     /// bfloat16: widen the three matrices, multiply in float32, round the result back.
-    unsafe fn product_bf16(&self, i: isize, threads: Parallelism) {
-        let widen = |m: &Matrix, rows: usize, cols: usize| -> Vec<f32> {
-            let base = (m.data as *const bf16).wrapping_offset(i * m.batch_stride as isize);
+    unsafe fn product_bf16(&self, i: isize, first: usize, n: usize) {
+        let widen = |m: &Matrix, rows: usize, cols: usize, col0: usize| -> Vec<f32> {
+            let base = (m.data as *const bf16)
+                .wrapping_offset(i * m.batch_stride as isize + col0 as isize * m.col_stride as isize);
             (0..rows * cols)
                 .map(|e| {
                     let (r, c) = ((e / cols) as isize, (e % cols) as isize);
@@ -70,20 +84,21 @@ impl Matmul {
                 })
                 .collect()
         };
-        let (a, b) = (widen(&self.a, self.m, self.k), widen(&self.b, self.k, self.n));
-        let mut out = if self.beta != 0.0 { widen(&self.out, self.m, self.n) } else { vec![0.0; self.m * self.n] };
+        let (a, b) = (widen(&self.a, self.m, self.k, 0), widen(&self.b, self.k, n, first));
+        let mut out = if self.beta != 0.0 { widen(&self.out, self.m, n, first) } else { vec![0.0; self.m * n] };
         unsafe {
             gemm(
-                self.m, self.n, self.k,
-                out.as_mut_ptr(), 1, self.n as isize, self.beta != 0.0,
+                self.m, n, self.k,
+                out.as_mut_ptr(), 1, n as isize, self.beta != 0.0,
                 a.as_ptr(), 1, self.k as isize,
-                b.as_ptr(), 1, self.n as isize,
-                self.beta as f32, self.alpha as f32, false, false, false, threads,
+                b.as_ptr(), 1, n as isize,
+                self.beta as f32, self.alpha as f32, false, false, false, Parallelism::None,
             );
         }
-        let base = (self.out.data as *mut bf16).wrapping_offset(i * self.out.batch_stride as isize);
+        let base = (self.out.data as *mut bf16)
+            .wrapping_offset(i * self.out.batch_stride as isize + first as isize * self.out.col_stride as isize);
         for (e, v) in out.into_iter().enumerate() {
-            let (r, c) = ((e / self.n) as isize, (e % self.n) as isize);
+            let (r, c) = ((e / n) as isize, (e % n) as isize);
             // SAFETY: inside the output matrix, which C++ checked.
             unsafe {
                 base.offset(r * self.out.row_stride as isize + c * self.out.col_stride as isize)

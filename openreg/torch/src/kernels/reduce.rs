@@ -107,6 +107,18 @@ impl Reduce {
                 .fold(Acc::new(self.op), Acc::merge);
             return self.write(0, total);
         }
+        // A kept dimension along which the input is contiguous (`x.sum(0)` of a matrix): add
+        // whole input rows into a row of accumulators instead of walking each output's column.
+        let item = self.input.1.size() as i64 as isize;
+        if let Some(d) = (0..ndim).find(|&d| {
+            let (s, n) = (self.layout.strides[d], self.layout.shape[d]);
+            n > 1 && s[0] != 0 && s[1] == item
+        }) {
+            let mut layout = self.layout.clone();
+            layout.shape.swap(0, d);
+            layout.strides.swap(0, d);
+            return self.rows(layout, outputs);
+        }
         // Many outputs: each thread computes whole outputs.
         super::elementwise::parallel_min(outputs, (CHUNK / per_output.max(1)).max(1), |start, count| {
             for o in start..start + count {
@@ -114,6 +126,61 @@ impl Reduce {
                 kept.walk(o, 1, |offsets, _| (out, at) = (offsets[0], offsets[1]));
                 let acc = self.accumulate(&reduced, at, 0, per_output);
                 self.write(out, acc);
+            }
+        });
+    }
+
+    /// Walks the whole input in memory order, adding each run along the (kept) fastest
+    /// dimension into `acc`, indexed by the output's position among the kept dimensions.
+    fn rows(&self, mut layout: Layout, outputs: usize) {
+        // Operand 2 of this layout: the index into `acc` (compact over the kept dimensions).
+        let mut step = 1isize;
+        let mut kept_dims = Vec::new();
+        for d in 0..layout.shape.len() {
+            let is_kept = layout.strides[d][0] != 0 && layout.shape[d] > 1;
+            layout.strides[d][2] = if is_kept { step } else { 0 };
+            if is_kept {
+                step *= layout.shape[d] as isize;
+                kept_dims.push(d);
+            }
+        }
+        let kept = Layout {
+            shape: kept_dims.iter().map(|&d| layout.shape[d]).collect(),
+            strides: kept_dims.iter().map(|&d| layout.strides[d]).collect(),
+        };
+        let init = Acc::new(self.op).value;
+        let mut acc = vec![init; outputs];
+        let mut buf = [0f32; BLOCK];
+        let (base, dtype) = self.input;
+        let (stride, acc_stride) = (layout.strides[0][1], layout.strides[0][2]);
+        layout.walk(0, layout.numel(), |offsets, len| {
+            let mut done = 0;
+            while done < len {
+                let n = (len - done).min(BLOCK);
+                let src = (base as isize + offsets[1] + done as isize * stride) as *const u8;
+                // SAFETY: C++ checked the input's extent against its storage.
+                unsafe { dtype::load(dtype, src, stride, &mut buf[..n]) };
+                // acc_stride is 1: the run is along the kept, contiguous dimension.
+                let first = (offsets[2] + done as isize * acc_stride) as usize;
+                let row = &mut acc[first..first + n];
+                if self.op == Reduction::Amax {
+                    for (a, &x) in row.iter_mut().zip(&buf[..n]) {
+                        *a = if a.is_nan() || x.is_nan() { f64::NAN } else { a.max(f64::from(x)) };
+                    }
+                } else {
+                    for (a, &x) in row.iter_mut().zip(&buf[..n]) {
+                        *a += f64::from(x);
+                    }
+                }
+                done += n;
+            }
+        });
+        let mut o = 0;
+        kept.walk(0, outputs, |offsets, len| {
+            for i in 0..len {
+                let at = offsets[0] + i as isize * kept.strides.first().map_or(0, |s| s[0]);
+                self.write(at, Acc { op: self.op, value: acc[o] });
+                o += 1;
             }
         });
     }
