@@ -84,6 +84,7 @@ serve: build book
 
 bench: build
 	$(PY) bench/bench.py
+	$(PY) bench/operators.py
 
 bench-build: build
 	$(PY) bench/build_times.py

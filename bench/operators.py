@@ -1,7 +1,8 @@
 """Operator benchmarks: native Rust kernels against CPU, and against the same cases through
 the plain CPU fallback (a second process with OPENREG_NATIVE_KERNELS=0).
 
-`python bench/operators.py` prints the table; `--json` prints raw seconds for one process.
+`python bench/operators.py` prints the table; `--svg FILE` also draws it as a bar chart;
+`--json` prints raw seconds for one process.
 """
 
 import json
@@ -76,6 +77,37 @@ def measure(device):
     return {name: per_call(fn, device, calls) for name, fn, calls in cases(device)}
 
 
+def svg(rows):
+    """A horizontal bar chart of openreg/CPU time ratios, native and through the fallback."""
+    width, left, bar, gap = 720, 300, 11, 10
+    scale = lambda r: min(r, 8.0) / 8.0 * (width - left - 60)  # noqa: E731
+    height = 40 + len(rows) * (2 * bar + gap) + 30
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" '
+           f'font-family="sans-serif" font-size="12" role="img" '
+           f'aria-label="openreg time per call as a multiple of CPU">',
+           f'<text x="{left}" y="16" font-weight="bold">time per call, multiple of CPU '
+           f'(shorter is better; 1.0 = CPU)</text>']
+    y = 30
+    for name, native, fallback in rows:
+        out.append(f'<text x="{left - 8}" y="{y + bar + 4}" text-anchor="end">{name}</text>')
+        for value, colour, label in [(native, "#2f7d4f", "native"), (fallback, "#b5532a", "fallback")]:
+            w = max(scale(value), 1)
+            out.append(f'<rect x="{left}" y="{y}" width="{w:.1f}" height="{bar}" fill="{colour}">'
+                       f'<title>{name}, {label}: {value:.2f}x</title></rect>')
+            out.append(f'<text x="{left + w + 4:.1f}" y="{y + bar - 1}">{value:.2f}x</text>')
+            y += bar
+        y += gap
+    one = left + scale(1.0)
+    out.append(f'<line x1="{one:.1f}" y1="26" x2="{one:.1f}" y2="{y}" stroke="#333" '
+               f'stroke-dasharray="4 3"/>')
+    out.append(f'<rect x="{left}" y="{y + 8}" width="10" height="10" fill="#2f7d4f"/>'
+               f'<text x="{left + 14}" y="{y + 17}">Rust kernels</text>'
+               f'<rect x="{left + 110}" y="{y + 8}" width="10" height="10" fill="#b5532a"/>'
+               f'<text x="{left + 124}" y="{y + 17}">CPU fallback (bars stop at 8x)</text>')
+    out.append("</svg>")
+    return "\n".join(out) + "\n"
+
+
 def main():
     if "--json" in sys.argv:
         print(json.dumps({"cpu": measure("cpu"), "openreg": measure("openreg")}))
@@ -89,10 +121,15 @@ def main():
           "ratio = openreg / CPU in the same process")
     print(f"{'case':<40} {'CPU':>9} {'openreg':>9} {'ratio':>6} {'target':>7} "
           f"{'fallback':>9} {'ratio':>6}")
+    rows = []
     for name, cpu in native["cpu"].items():
         dev, fb, fb_cpu = native["openreg"][name], fallback["openreg"][name], fallback["cpu"][name]
         print(f"{name:<40} {cpu * 1e6:>7.1f}us {dev * 1e6:>7.1f}us {dev / cpu:>5.2f}x "
               f"{TARGETS[name]:>6.1f}x {fb * 1e6:>7.1f}us {fb / fb_cpu:>5.2f}x")
+        rows.append((name, dev / cpu, fb / fb_cpu))
+    if "--svg" in sys.argv:
+        with open(sys.argv[sys.argv.index("--svg") + 1], "w") as f:
+            f.write(svg(rows))
 
 
 if __name__ == "__main__":

@@ -39,6 +39,18 @@ def bench() -> str:
     return "\n".join(out.splitlines()[1:]) + "\n"
 
 
+def operators() -> str:
+    out = subprocess.run([PY, str(ROOT / "bench/operators.py"), "--svg", str(OUT / "operators.svg")],
+                         check=True, cwd=ROOT, capture_output=True, text=True).stdout
+    return "\n".join(out.splitlines()[1:]) + "\n"
+
+
+KERNELS = ["openreg/torch/src/kernels.rs", "openreg/torch/src/kernels/dtype.rs",
+           "openreg/torch/src/kernels/elementwise.rs", "openreg/torch/src/kernels/matmul.rs",
+           "openreg/torch/src/kernels/pool.rs", "openreg/torch/src/kernels/reduce.rs",
+           "openreg/torch/src/kernels/walk.rs", "openreg/torch/csrc/Pointwise.cpp",
+           "openreg/torch/csrc/Reduce.cpp", "openreg/torch/csrc/Matmul.cpp"]
+
 # ANCHOR: outputs
 # name -> (producer, the files whose change makes the shown output stale)
 OUTPUTS = {
@@ -47,6 +59,7 @@ OUTPUTS = {
     "bench": (bench, ["bench/bench.py", "openreg/runtime/src/copy.rs", "openreg/runtime/src/memory.rs",
                       "openreg/torch/src/allocator.rs", "openreg/torch/src/host_allocator.rs",
                       "openreg/torch/src/copy.rs", "book-tests/generate.py"]),
+    "operators": (operators, ["bench/operators.py", *KERNELS, "book-tests/generate.py"]),
     "build-times": (build_times, ["bench/build_times.py", "openreg/torch/build.rs",
                                   "openreg/torch-build/src/lib.rs", "Cargo.toml",
                                   ".cargo/config.toml", "book-tests/generate.py"]),

@@ -15,7 +15,8 @@ from conftest import ROOT
 HTML = ROOT / "book" / "html"
 CHROMIUM = os.environ.get("OPENREG_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
 CHAPTERS = ["introduction", "architecture", "device", "hooks", "memory", "streams", "generator",
-            "operators", "autoload", "frontend", "serialization"]
+            "operators", "kernels", "autoload", "frontend", "serialization", "amp",
+            "troubleshooting"]
 # Flags for a sandboxed, offline machine running as root.
 FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync"]

@@ -4,6 +4,9 @@
 ``torch.randn(3, device="openreg")`` works with no other import.
 """
 
+import atexit
+import time
+
 import torch
 
 from ._version import TORCH_VERSION
@@ -48,6 +51,21 @@ def _dlpack_device(self):
 
 torch.Tensor.__dlpack_device__ = _dlpack_device
 # ANCHOR_END: dlpack
+
+
+# ANCHOR: exit
+# A PyTorch race at exit: an autograd device thread (one per openreg device, as for CUDA) may
+# drop the last reference to a finished backward pass just after backward() returned, and
+# that releases Python objects, which needs the interpreter. If the script has ended and
+# Python is finalizing by then, the thread is killed inside C++ and the process aborts with
+# "terminate called without an active exception" (seen about once in 60 short scripts).
+# Giving the threads a few milliseconds before finalization closes the window.
+def _let_autograd_threads_finish():
+    time.sleep(0.01)
+
+
+atexit.register(_let_autograd_threads_finish)
+# ANCHOR_END: exit
 
 
 # ANCHOR: autoload

@@ -63,6 +63,7 @@ fn launch(device: i64, elements: usize, task: impl FnOnce() + Send + 'static) ->
 }
 // ANCHOR_END: launch
 
+// ANCHOR: view
 /// The runtime's address of `len` bytes at device address `ptr`, checked to lie inside the
 /// operand's storage `[storage[0], storage[0] + storage[1])` (an error, not a crash, if a
 /// tensor's metadata points elsewhere). The tensor keeps its storage alive meanwhile.
@@ -73,6 +74,7 @@ fn view(ptr: usize, len: usize, storage: &[usize]) -> Result<usize> {
     let (base, bytes) = (storage.first().copied().unwrap_or(0), storage.get(1).copied().unwrap_or(0));
     Ok(rt::host_view_within(ptr as *const u8, len, base as *const u8, bytes)? as usize)
 }
+// ANCHOR_END: view
 
 fn unsupported(what: &str, code: i8) -> Failure {
     Failure::from(rt::Error::InvalidValue(format!("openreg kernels do not compute {what} in dtype code {code}")))

@@ -193,6 +193,8 @@ unsafe fn compute_any(op: Pointwise, x: f32, a: *const f32, b: *const f32, o: *m
     }
 }
 
+// ANCHOR_END: compute
+
 /// `o[i] = f(a[i])`: generic, so `f` is inlined and the loop vectorised. In place (`o == a`)
 /// is a case of its own: the compiler cannot vectorise a loop whose output may overlap its
 /// input, and TensorIterator has already ruled out every overlap but an exact one.

@@ -52,6 +52,7 @@ impl Matmul {
         }
     }
 
+// ANCHOR: product
     /// Columns `first..first + n` of one product in `T`. `gemm` computes
     /// `dst = alpha * dst + beta * lhs @ rhs`: its alpha is PyTorch's beta and the other way
     /// round, and a zero beta must not read `out`.
@@ -70,6 +71,7 @@ impl Matmul {
             )
         }
     }
+// ANCHOR_END: product
 
     /// bfloat16: widen the three matrices, multiply in float32, round the result back.
     unsafe fn product_bf16(&self, i: isize, first: usize, n: usize) {

@@ -59,6 +59,7 @@ pub(crate) fn threads() -> usize {
     pool().helpers + 1
 }
 
+// ANCHOR: run
 /// Runs `part(0)` .. `part(parts - 1)`, spread over the calling thread and the helpers, and
 /// returns when all are done. Panics (after all parts ended) if one of them panicked.
 pub(crate) fn run(parts: usize, part: impl Fn(usize) + Sync) {
@@ -99,6 +100,7 @@ pub(crate) fn run(parts: usize, part: impl Fn(usize) + Sync) {
         panic!("a kernel part panicked");
     }
 }
+// ANCHOR_END: run
 
 impl Pool {
     fn helper(&self) {

@@ -6,6 +6,7 @@ pub(crate) const MAX_OPERANDS: usize = 3;
 
 pub(crate) type Offsets = [isize; MAX_OPERANDS];
 
+// ANCHOR: layout
 /// An index space and each operand's strides in it.
 #[derive(Debug, Clone)]
 pub(crate) struct Layout {
@@ -13,6 +14,7 @@ pub(crate) struct Layout {
     /// `strides[d][k]`: operand `k`'s byte stride along dimension `d`.
     pub strides: Vec<Offsets>,
 }
+// ANCHOR_END: layout
 
 impl Layout {
     /// `shape` and the flattened `[operand][dim]` byte strides C++ passes (TensorIterator's).
