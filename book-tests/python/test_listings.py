@@ -18,7 +18,7 @@ VENV = ROOT / ".venv"
 
 
 def test_the_book_has_its_chapter_crates():
-    assert STAGES == ["autoload", "device", "hooks"]
+    assert STAGES == ["amp", "autoload", "device", "hooks", "operators"]
 
 
 # ANCHOR: copy_out
@@ -51,8 +51,8 @@ def test_chapter_crate_builds_and_passes_its_tests_when_copied_out(stage, tmp_pa
     subprocess.run([str(VENV / "bin" / "pip"), "install", "-q", "--no-deps", "--target", str(site), str(wheel)],
                    check=True)
 
-    # Stages before "autoload" declare no entry point: they are imported explicitly.
-    test_env = {**os.environ, "TORCH_DEVICE_BACKEND_AUTOLOAD": "1" if stage == "autoload" else "0"}
+    # The stages before "autoload" declare no entry point: they are imported explicitly.
+    test_env = {**os.environ, "TORCH_DEVICE_BACKEND_AUTOLOAD": "0" if stage in ("device", "hooks") else "1"}
     tests = subprocess.run([str(scratch / "bin" / "python"), "-P", "-m", "pytest", "-q", "-p", "no:cacheprovider",
                             "tests"], cwd=crate, env=test_env, capture_output=True, text=True, timeout=600)
     assert tests.returncode == 0, tests.stdout + tests.stderr

@@ -1,0 +1,15 @@
+"""OpenReg at the "Operators" stage: kernels of its own, and the CPU fallback for the rest."""
+
+import torch
+
+import torch_openreg._C  # registers allocator, guard and operators
+import torch_openreg.openreg
+import torch_openreg.custom_ops  # noqa: F401  (Meta kernel and autograd of openreg::custom_abs)
+
+torch.utils.rename_privateuse1_backend("openreg")
+torch._register_device_module("openreg", torch_openreg.openreg)
+torch.utils.generate_methods_for_privateuse1_backend(for_storage=True)
+
+
+def _autoload():
+    """The `torch.backends` entry point: importing the package did the work."""
