@@ -13,15 +13,22 @@ const SPIN: Duration = Duration::from_micros(200);
 
 type Part<'a> = &'a (dyn Fn(usize) + Sync);
 
+/// The kernel being run: its parts and the next unclaimed one.
+struct Job {
+    epoch: u64,
+    part: Option<Part<'static>>,
+    parts: usize,
+    next: usize,
+}
+
 struct Pool {
     helpers: usize,
     /// One kernel at a time; a second caller meanwhile runs its parts itself.
     busy: AtomicBool,
-    /// Bumped for each kernel; helpers watch it.
+    /// Bumped for each kernel; idle helpers watch it.
     epoch: AtomicU64,
-    /// The current kernel's parts (its lifetime is erased; see `run`).
-    job: Mutex<Option<(Part<'static>, usize)>>,
-    next: AtomicUsize,
+    /// Parts are claimed under this lock, so a part of a finished kernel is never claimed.
+    job: Mutex<Job>,
     done: AtomicUsize,
     failed: AtomicBool,
     sleeping: Mutex<usize>,
@@ -36,8 +43,7 @@ fn pool() -> &'static Pool {
             helpers,
             busy: AtomicBool::new(false),
             epoch: AtomicU64::new(0),
-            job: Mutex::new(None),
-            next: AtomicUsize::new(0),
+            job: Mutex::new(Job { epoch: 0, part: None, parts: 0, next: 0 }),
             done: AtomicUsize::new(0),
             failed: AtomicBool::new(false),
             sleeping: Mutex::new(0),
@@ -68,32 +74,22 @@ pub(crate) fn run(parts: usize, part: impl Fn(usize) + Sync) {
         return (0..parts).for_each(part);
     }
     let part: Part<'_> = &part;
-    // SAFETY: the helpers call `part` only until `done` reaches `parts - 1`, and this function
-    // does not return (so `part` outlives every call) before that.
+    // SAFETY: parts are claimed under `job`'s lock, and this function clears `job.part` (and
+    // so returns, ending `part`'s borrow) only after every claimed part has finished.
     let part: Part<'static> = unsafe { std::mem::transmute(part) };
-    *pool.job.lock().unwrap_or_else(|e| e.into_inner()) = Some((part, parts));
-    pool.next.store(1, Ordering::Release);
     pool.done.store(0, Ordering::Release);
-    pool.epoch.fetch_add(1, Ordering::AcqRel);
+    let epoch = pool.epoch.load(Ordering::Acquire) + 1;
+    *pool.lock_job() = Job { epoch, part: Some(part), parts, next: 1 };
+    pool.epoch.store(epoch, Ordering::Release);
     if *pool.sleeping.lock().unwrap_or_else(|e| e.into_inner()) > 0 {
         pool.wake.notify_all();
     }
     let mine = catch_unwind(AssertUnwindSafe(|| part(0)));
-    // Take parts the helpers have not claimed, then wait for theirs.
-    loop {
-        let p = pool.next.fetch_add(1, Ordering::AcqRel);
-        if p >= parts {
-            break;
-        }
-        if catch_unwind(AssertUnwindSafe(|| part(p))).is_err() {
-            pool.failed.store(true, Ordering::Release);
-        }
-        pool.done.fetch_add(1, Ordering::AcqRel);
-    }
+    pool.work(epoch); // parts the helpers have not claimed
     while pool.done.load(Ordering::Acquire) < parts - 1 {
         std::hint::spin_loop();
     }
-    *pool.job.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    pool.lock_job().part = None;
     let failed = pool.failed.swap(false, Ordering::AcqRel);
     pool.busy.store(false, Ordering::Release);
     if mine.is_err() || failed {
@@ -103,6 +99,30 @@ pub(crate) fn run(parts: usize, part: impl Fn(usize) + Sync) {
 // ANCHOR_END: run
 
 impl Pool {
+    fn lock_job(&self) -> std::sync::MutexGuard<'_, Job> {
+        self.job.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Claims and runs parts of kernel `epoch` until none is left.
+    fn work(&self, epoch: u64) {
+        loop {
+            let (part, p) = {
+                let mut job = self.lock_job();
+                match job.part {
+                    Some(part) if job.epoch == epoch && job.next < job.parts => {
+                        job.next += 1;
+                        (part, job.next - 1)
+                    }
+                    _ => return,
+                }
+            };
+            if catch_unwind(AssertUnwindSafe(|| part(p))).is_err() {
+                self.failed.store(true, Ordering::Release);
+            }
+            self.done.fetch_add(1, Ordering::AcqRel);
+        }
+    }
+
     fn helper(&self) {
         let mut seen = self.epoch.load(Ordering::Acquire);
         loop {
@@ -121,17 +141,7 @@ impl Pool {
                 std::hint::spin_loop();
             }
             seen = self.epoch.load(Ordering::Acquire);
-            let Some((part, parts)) = *self.job.lock().unwrap_or_else(|e| e.into_inner()) else { continue };
-            loop {
-                let p = self.next.fetch_add(1, Ordering::AcqRel);
-                if p >= parts {
-                    break;
-                }
-                if catch_unwind(AssertUnwindSafe(|| part(p))).is_err() {
-                    self.failed.store(true, Ordering::Release);
-                }
-                self.done.fetch_add(1, Ordering::AcqRel);
-            }
+            self.work(seen);
         }
     }
 }
