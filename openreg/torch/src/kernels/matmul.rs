@@ -1,7 +1,7 @@
-//! Matrix products through the `gemm` crate (packed, vectorised, multithreaded): float32 and
-//! float16 directly; bfloat16, which `gemm` lacks, through float32 copies.
+//! Matrix products through the `gemm` crates (packed, vectorised): float32 and float16
+//! directly; bfloat16, which `gemm` lacks, through float32 copies.
 
-use gemm::{Parallelism, gemm};
+use gemm_common::Parallelism;
 use half::{bf16, f16};
 
 use super::dtype::Dtype;
@@ -23,6 +23,45 @@ pub(crate) struct Matmul {
     pub b: Matrix,
     pub alpha: f64,
     pub beta: f64,
+}
+
+/// An element type `gemm` multiplies: `dst = alpha * dst + beta * lhs @ rhs`, with
+/// arbitrary row and column strides (in elements).
+trait Element: Copy + 'static {
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn gemm(
+        m: usize, n: usize, k: usize, dst: *mut Self, dst_cs: isize, dst_rs: isize, read_dst: bool,
+        lhs: *const Self, lhs_cs: isize, lhs_rs: isize, rhs: *const Self, rhs_cs: isize, rhs_rs: isize,
+        alpha: Self, beta: Self,
+    );
+}
+
+impl Element for f32 {
+    unsafe fn gemm(
+        m: usize, n: usize, k: usize, dst: *mut f32, dst_cs: isize, dst_rs: isize, read_dst: bool,
+        lhs: *const f32, lhs_cs: isize, lhs_rs: isize, rhs: *const f32, rhs_cs: isize, rhs_rs: isize,
+        alpha: f32, beta: f32,
+    ) {
+        let gemm = gemm_f32::gemm::f32::get_gemm_fn();
+        unsafe {
+            gemm(m, n, k, dst, dst_cs, dst_rs, read_dst, lhs, lhs_cs, lhs_rs, rhs, rhs_cs, rhs_rs, alpha, beta,
+                 false, false, false, Parallelism::None)
+        }
+    }
+}
+
+impl Element for f16 {
+    unsafe fn gemm(
+        m: usize, n: usize, k: usize, dst: *mut f16, dst_cs: isize, dst_rs: isize, read_dst: bool,
+        lhs: *const f16, lhs_cs: isize, lhs_rs: isize, rhs: *const f16, rhs_cs: isize, rhs_rs: isize,
+        alpha: f16, beta: f16,
+    ) {
+        let gemm = gemm_f16::gemm::f16::get_gemm_fn();
+        unsafe {
+            gemm(m, n, k, dst, dst_cs, dst_rs, read_dst, lhs, lhs_cs, lhs_rs, rhs, rhs_cs, rhs_rs, alpha, beta,
+                 false, false, false, Parallelism::None)
+        }
+    }
 }
 
 impl Matmul {
@@ -56,18 +95,18 @@ impl Matmul {
     /// Columns `first..first + n` of one product in `T`. `gemm` computes
     /// `dst = alpha * dst + beta * lhs @ rhs`: its alpha is PyTorch's beta and the other way
     /// round, and a zero beta must not read `out`.
-    unsafe fn product<T: 'static>(&self, i: isize, first: usize, n: usize, alpha: T, beta: T) {
+    unsafe fn product<T: Element>(&self, i: isize, first: usize, n: usize, alpha: T, beta: T) {
         let at = |m: &Matrix, col: usize| {
             (m.data as *mut T).wrapping_offset(i * m.batch_stride as isize + (col as isize) * m.col_stride as isize)
         };
         unsafe {
-            gemm(
+            T::gemm(
                 self.m, n, self.k,
                 at(&self.out, first), self.out.col_stride as isize, self.out.row_stride as isize,
                 self.beta != 0.0,
                 at(&self.a, 0), self.a.col_stride as isize, self.a.row_stride as isize,
                 at(&self.b, first), self.b.col_stride as isize, self.b.row_stride as isize,
-                beta, alpha, false, false, false, Parallelism::None,
+                beta, alpha,
             )
         }
     }
@@ -89,12 +128,12 @@ impl Matmul {
         let (a, b) = (widen(&self.a, self.m, self.k, 0), widen(&self.b, self.k, n, first));
         let mut out = if self.beta != 0.0 { widen(&self.out, self.m, n, first) } else { vec![0.0; self.m * n] };
         unsafe {
-            gemm(
+            f32::gemm(
                 self.m, n, self.k,
                 out.as_mut_ptr(), 1, n as isize, self.beta != 0.0,
                 a.as_ptr(), 1, self.k as isize,
                 b.as_ptr(), 1, n as isize,
-                self.beta as f32, self.alpha as f32, false, false, false, Parallelism::None,
+                self.beta as f32, self.alpha as f32,
             );
         }
         let base = (self.out.data as *mut bf16)
