@@ -84,7 +84,10 @@ impl Torch {
             .flag_if_supported("-Wno-missing-field-initializers")
             .flag_if_supported("-Wno-deprecated-declarations")
             // ATen's CachingHostAllocator.h aligns to hardware_destructive_interference_size.
-            .flag_if_supported("-Wno-interference-size");
+            .flag_if_supported("-Wno-interference-size")
+            // The glue mostly forwards; -O2 compiles each torch-heavy file ~9% faster than
+            // -O3 (-O1: ~20%, but it added ~0.1 µs to every small operator).
+            .opt_level(2);
     }
 
     /// Links the two torch libraries the glue uses.
