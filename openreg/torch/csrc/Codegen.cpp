@@ -17,45 +17,36 @@
 namespace openreg {
 
 // ANCHOR: kernels
-template <class Meta, Variant kind, class Host>
-at::Tensor binary(const char* name, Pointwise op, const at::Tensor& self, const at::Tensor& other,
-                  const at::Tensor& given, Host&& host) {
-  Structured<Meta, kind> s(given);
-  s.meta(self, other);
-  if (!run_pointwise(s, op)) {
-    note_host_path(name, s.common_dtype());
-    at::Tensor out = host_alias(s.maybe_get_output(0));
-    host(out, host_alias(self), host_alias(other));
-  }
-  return s.result();
-}
-
 at::Tensor PrivateUse1NativeFunctions::maximum(const at::Tensor& self, const at::Tensor& other) {
-  return binary<at::meta::structured_maximum, Variant::Functional>(
-      "maximum", Pointwise::Maximum, self, other, {},
-      [](at::Tensor& o, const at::Tensor& a, const at::Tensor& b) { at::maximum_out(o, a, b); });
+  return pointwise<at::meta::structured_maximum, Variant::Functional>(
+      "maximum", Pointwise::Maximum, 0.0, {},
+      [&](at::Tensor out) { at::maximum_out(out, host_alias(self), host_alias(other)); }, self,
+      other);
 }
 
 at::Tensor& PrivateUse1NativeFunctions::maximum_out(const at::Tensor& self,
                                                     const at::Tensor& other, at::Tensor& out) {
-  binary<at::meta::structured_maximum, Variant::Out>(
-      "maximum.out", Pointwise::Maximum, self, other, out,
-      [](at::Tensor& o, const at::Tensor& a, const at::Tensor& b) { at::maximum_out(o, a, b); });
+  pointwise<at::meta::structured_maximum, Variant::Out>(
+      "maximum.out", Pointwise::Maximum, 0.0, out,
+      [&](at::Tensor o) { at::maximum_out(o, host_alias(self), host_alias(other)); }, self,
+      other);
   return out;
 }
 // ANCHOR_END: kernels
 
 at::Tensor PrivateUse1NativeFunctions::minimum(const at::Tensor& self, const at::Tensor& other) {
-  return binary<at::meta::structured_minimum, Variant::Functional>(
-      "minimum", Pointwise::Minimum, self, other, {},
-      [](at::Tensor& o, const at::Tensor& a, const at::Tensor& b) { at::minimum_out(o, a, b); });
+  return pointwise<at::meta::structured_minimum, Variant::Functional>(
+      "minimum", Pointwise::Minimum, 0.0, {},
+      [&](at::Tensor out) { at::minimum_out(out, host_alias(self), host_alias(other)); }, self,
+      other);
 }
 
 at::Tensor& PrivateUse1NativeFunctions::minimum_out(const at::Tensor& self,
                                                     const at::Tensor& other, at::Tensor& out) {
-  binary<at::meta::structured_minimum, Variant::Out>(
-      "minimum.out", Pointwise::Minimum, self, other, out,
-      [](at::Tensor& o, const at::Tensor& a, const at::Tensor& b) { at::minimum_out(o, a, b); });
+  pointwise<at::meta::structured_minimum, Variant::Out>(
+      "minimum.out", Pointwise::Minimum, 0.0, out,
+      [&](at::Tensor o) { at::minimum_out(o, host_alias(self), host_alias(other)); }, self,
+      other);
   return out;
 }
 

@@ -78,20 +78,6 @@ double to_double(const at::Scalar& s) {
 }
 
 // ANCHOR: structured_op
-// One structured elementwise operator call: meta, then the Rust kernel, or else the host path
-// (`host` runs the CPU kernel given a CPU alias of the output).
-template <class Meta, Variant kind, class Host, class... Args>
-at::Tensor pointwise(const char* name, Pointwise op, double scalar, const at::Tensor& given,
-                     Host&& host, const Args&... args) {
-  Structured<Meta, kind> s(given);
-  s.meta(args...);
-  if (!run_pointwise(s, op, scalar)) {
-    note_host_path(name, s.common_dtype());
-    host(host_alias(s.maybe_get_output(0)));
-  }
-  return s.result();
-}
-
 at::Tensor add(const at::Tensor& self, const at::Tensor& other, const at::Scalar& alpha) {
   return pointwise<at::meta::structured_add_Tensor, Variant::Functional>(
       "add", Pointwise::Add, to_double(alpha), {},

@@ -101,4 +101,21 @@ bool run_pointwise(at::TensorIteratorBase& iter, Pointwise op, double scalar = 0
 void note_host_path(const char* op, c10::ScalarType dtype);
 bool warn_fallback();
 
+// ANCHOR: pointwise
+// One structured elementwise operator call: meta, then the Rust kernel, or else the host path
+// (`host` runs the CPU kernel given a CPU alias of the output).
+template <class Meta, Variant kind, class Host, class... Args>
+at::Tensor pointwise(const char* name, Pointwise op, double scalar, const at::Tensor& given,
+                     Host&& host, const Args&... args) {
+  Structured<Meta, kind> s(given);
+  s.meta(args...);
+  if (!run_pointwise(s, op, scalar)) {
+    note_host_path(name, s.common_dtype());
+    host(host_alias(s.maybe_get_output(0)));
+  }
+  return s.result();
+}
+// ANCHOR_END: pointwise
+
+
 } // namespace openreg
