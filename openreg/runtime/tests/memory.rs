@@ -71,6 +71,19 @@ fn bad_pointers_are_errors_not_crashes() {
 }
 
 #[test]
+fn host_view_within_checks_the_range_against_the_given_allocation() {
+    let d = malloc(0, 256).unwrap();
+    let inner = unsafe { d.add(64) };
+    let view = host_view_within(inner, 64, d, 256).unwrap();
+    assert_eq!(view as usize, host_view(d, 256).unwrap() as usize + 64);
+    assert!(matches!(host_view_within(inner, 256, d, 256), Err(Error::InvalidPointer { .. })));
+    assert!(matches!(host_view_within(d, 8, inner, 64), Err(Error::InvalidPointer { .. })));
+    let host = [0u8; 64];
+    assert!(host_view_within(host.as_ptr(), 8, host.as_ptr(), 64).is_err()); // not device memory
+    free(d).unwrap();
+}
+
+#[test]
 fn host_view_checks_bounds() {
     let d = malloc(0, 100).unwrap();
     assert!(host_view(d, 4096).is_ok()); // the page-rounded allocation

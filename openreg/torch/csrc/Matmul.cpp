@@ -98,11 +98,11 @@ at::Tensor addmm(const at::Tensor& self, const at::Tensor& mat1, const at::Tenso
   const bool real = !beta.isComplex() && !alpha.isComplex();
   const double b = real ? beta.toDouble() : 0.0;
   // With beta == 0, `self` is ignored (its NaNs too); otherwise start from it, broadcast.
-  if (real && b != 0.0 && !out.is_same(self) && self.scalar_type() == out.scalar_type()) {
+  // (The meta has checked that self, mat1 and mat2 share a dtype.)
+  if (real && b != 0.0 && !out.is_same(self)) {
     out.copy_(self.expand(out.sizes()));
   }
-  const bool done = real && (b == 0.0 || out.is_same(self) || self.scalar_type() == out.scalar_type()) &&
-                    run_matmul(out, mat1, mat2, alpha.toDouble(), b);
+  const bool done = real && run_matmul(out, mat1, mat2, alpha.toDouble(), b);
   if (!done) {
     note_host_path("addmm", out.scalar_type());
     at::Tensor host = host_alias(out);

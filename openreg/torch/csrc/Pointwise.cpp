@@ -41,33 +41,28 @@ bool run_pointwise(at::TensorIteratorBase& iter, Pointwise op, double scalar) {
   std::array<double, 3> constants{};
   c10::SmallVector<int64_t, 12> strides;
   for (int k = 0; k < n; ++k) {
-    // A CPU scalar (the 2 in `x + 2`) is passed by value: device code cannot read CPU memory.
-    const bool constant = k > 0 && iter.is_cpu_scalar(k);
-    dtypes[k] = static_cast<int8_t>(constant ? iter.common_dtype() : iter.dtype(k));
     strides.append(iter.strides(k).begin(), iter.strides(k).end());
-  }
-  if (!pointwise_supported(op, {dtypes.data(), static_cast<size_t>(n)})) {
-    return false;
-  }
-  for (int k = 0; k < n; ++k) {
+    // A CPU scalar (the 2 in `x + 2`) is passed by value: device code cannot read CPU memory.
     if (k > 0 && iter.is_cpu_scalar(k)) {
+      dtypes[k] = static_cast<int8_t>(iter.common_dtype());
       constants[k] = iter.scalar_value<double>(k);
-    } else {
-      data[k] = addr(iter.data_ptr(k));
-      const auto& storage = iter.tensor_base(k).storage();
-      storages[2 * k] = addr(storage.data());
-      storages[2 * k + 1] = storage.nbytes();
+      continue;
     }
+    dtypes[k] = static_cast<int8_t>(iter.dtype(k));
+    data[k] = addr(iter.data_ptr(k));
+    const auto& storage = iter.tensor_base(k).storage();
+    storages[2 * k] = addr(storage.data());
+    storages[2 * k + 1] = storage.nbytes();
   }
-  call([&] {
-    launch_pointwise(op, scalar, {data.data(), static_cast<size_t>(n)},
-                     {storages.data(), static_cast<size_t>(2 * n)},
-                     {dtypes.data(), static_cast<size_t>(n)},
-                     {constants.data(), static_cast<size_t>(n)},
-                     {iter.shape().data(), iter.shape().size()}, {strides.data(), strides.size()},
-                     iter.device(0).index());
+  // False (nothing launched) when the kernels do not compute in these dtypes.
+  return call([&] {
+    return launch_pointwise(op, scalar, {data.data(), static_cast<size_t>(n)},
+                            {storages.data(), static_cast<size_t>(2 * n)},
+                            {dtypes.data(), static_cast<size_t>(n)},
+                            {constants.data(), static_cast<size_t>(n)},
+                            {iter.shape().data(), iter.shape().size()},
+                            {strides.data(), strides.size()}, iter.device(0).index());
   });
-  return true;
 }
 // ANCHOR_END: run_pointwise
 

@@ -11,7 +11,7 @@ use crate::device::{
 };
 use crate::error::last_error_kind;
 use crate::fallback::record_fallback;
-use crate::kernels::{launch_abs_f32, launch_matmul, launch_pointwise, launch_reduction, pointwise_supported};
+use crate::kernels::{launch_abs_f32, launch_matmul, launch_pointwise, launch_reduction};
 use crate::host_allocator::{
     empty_host_cache, host_free, host_malloc, host_stats, is_pinned, pointer_device,
     record_host_event, reset_host_stats,
@@ -154,7 +154,6 @@ pub(crate) mod ffi {
         fn launch_abs_f32(dst: usize, src: usize, n: usize, device: i64) -> Result<()>;
         /// Counts a CPU run of an operator; true the first time.
         fn record_fallback(name: &str) -> bool;
-        fn pointwise_supported(op: Pointwise, dtypes: &[i8]) -> bool;
         fn launch_pointwise(
             op: Pointwise,
             scalar: f64,
@@ -165,7 +164,7 @@ pub(crate) mod ffi {
             shape: &[i64],
             strides: &[i64],
             device: i64,
-        ) -> Result<()>;
+        ) -> Result<bool>;
         fn launch_reduction(
             op: Reduction,
             count: f64,

@@ -82,7 +82,7 @@ fn unsupported(what: &str, code: i8) -> Failure {
 
 /// True if [`launch_pointwise`] computes `op` with these operand dtypes (output first):
 /// float32, float16 and bfloat16 in any mix, and copies of any dtype to the same dtype.
-pub(crate) fn pointwise_supported(op: Pointwise, dtypes: &[i8]) -> bool {
+fn pointwise_supported(op: Pointwise, dtypes: &[i8]) -> bool {
     let Some(inputs) = elementwise::arity(op) else { return false };
     if dtypes.len() != inputs + 1 {
         return false;
@@ -94,26 +94,28 @@ pub(crate) fn pointwise_supported(op: Pointwise, dtypes: &[i8]) -> bool {
 // ANCHOR: launch_pointwise
 /// Launches `op` over TensorIterator-shaped operands: `data`, `dtypes` and the `[operand][dim]`
 /// byte `strides` list the output first; an input whose address is 0 is the CPU scalar
-/// `constants[k]` instead. `scalar` is alpha, the threshold, or the fill value.
+/// `constants[k]` instead. `scalar` is alpha, the threshold, or the fill value. Returns false,
+/// having done nothing, if the kernels do not compute `op` in these dtypes.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn launch_pointwise(
     op: Pointwise, scalar: f64, data: &[usize], storages: &[usize], dtypes: &[i8], constants: &[f64],
     shape: &[i64], strides: &[i64], device: i64,
-) -> Result<()> {
+) -> Result<bool> {
     let storage = |k: usize| storages.get(2 * k..2 * k + 2).unwrap_or(&[]);
     if !pointwise_supported(op, dtypes) {
-        return Err(unsupported("this operation", dtypes.first().copied().unwrap_or(-1)));
+        return Ok(false);
     }
     let layout = Layout::new(shape, strides, data.len());
     let n = layout.numel();
     if n == 0 {
-        return Ok(());
+        return Ok(true);
     }
     // A same-dtype copy of a dtype we do not compute in moves raw elements of its size.
     if Dtype::from_code(dtypes[0]).is_none() {
         let size = dtype::item_size(dtypes[0]).unwrap_or(1);
         let (dst, src) = (view(data[0], layout.extent(0, size), storage(0))?, view(data[1], layout.extent(1, size), storage(1))?);
-        return launch(device, n, move || copy_raw(&layout, dst, src, size));
+        launch(device, n, move || copy_raw(&layout, dst, src, size))?;
+        return Ok(true);
     }
     let dtype_of = |k: usize| Dtype::from_code(dtypes[k]).unwrap_or(Dtype::Float);
     let out = (view(data[0], layout.extent(0, dtype_of(0).size()), storage(0))?, dtype_of(0));
@@ -125,7 +127,8 @@ pub(crate) fn launch_pointwise(
         });
     }
     let work = Elementwise { op, scalar: scalar as f32, out, inputs, layout };
-    launch(device, n, move || work.run())
+    launch(device, n, move || work.run())?;
+    Ok(true)
 }
 // ANCHOR_END: launch_pointwise
 
