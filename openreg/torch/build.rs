@@ -22,6 +22,8 @@ fn main() {
         "csrc/Pointwise.cpp",
         "csrc/Reduce.cpp",
         "csrc/Matmul.cpp",
+        "csrc/SoftMax.cpp",
+        "csrc/LossNLL.cpp",
         "csrc/Autocast.cpp",
         "csrc/Attention.cpp",
         "csrc/Quantize.cpp",

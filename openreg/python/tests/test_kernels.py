@@ -15,7 +15,7 @@ def check(fn, *inputs, device, dtype=torch.float32):
     expected = fn(*inputs)
     got = fn(*[t.to(device) if isinstance(t, torch.Tensor) else t for t in inputs])
     assert got.device == torch.device(device)
-    torch.testing.assert_close(got.cpu(), expected, **TOL[dtype])
+    torch.testing.assert_close(got.cpu(), expected, equal_nan=True, **TOL[dtype])
     return got
 
 
@@ -182,6 +182,17 @@ def test_reductions_large_empty_and_nan():
     assert torch.isnan(n.openreg().amax()).item()
     assert n.openreg().sum(dtype=torch.float16).dtype == torch.float16
     assert torch.arange(5).openreg().sum().item() == 10  # integers: the host path
+    for shape in [(), (1,), (1, 1)]:  # only size-1 dimensions: nothing left to walk
+        check(lambda x: torch.stack([x.sum(), x.mean(), x.amax()]), torch.randn(shape), device="openreg:0")
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.float64, torch.bool])
+def test_empty_tensors_of_host_path_dtypes(dtype):
+    # An empty tensor may have no allocation: the host path must not ask for one.
+    x = torch.zeros(0, 3, dtype=dtype, device="openreg")
+    assert x.shape == (0, 3) and x.cpu().shape == (0, 3)
+    assert x.abs().shape == (0, 3) if dtype != torch.bool else True
+    assert torch.equal(x.sum(0).cpu(), torch.zeros(0, 3, dtype=dtype).sum(0))
 
 
 def test_reduction_errors_match_cpu():
@@ -217,6 +228,77 @@ def test_addmm_beta_zero_ignores_nan_and_in_place():
     y = x.openreg()
     y.addmm_(a.openreg(), b.openreg(), alpha=0.5)
     torch.testing.assert_close(y.cpu(), x.addmm(a, b, alpha=0.5))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape,dim", [((4, 10), 1), ((4, 10), 0), ((3, 5, 7), 1), ((3, 5, 7), -1),
+                                       ((), 0), ((0, 4), 1), ((2, 700), 1), ((2, 3, 300), 1)], ids=str)
+@pytest.mark.parametrize("op", ["softmax", "log_softmax"])
+def test_softmax_forward_and_backward(op, shape, dim, dtype, device):
+    x = torch.randn(shape).to(dtype)
+    fn = getattr(torch.nn.functional, op)
+    got = check(lambda t: fn(t, dim), x, device=device, dtype=dtype)
+    assert got.dtype == dtype
+    check(lambda t: fn(t.transpose(0, -1), dim) if t.dim() > 1 else fn(t, dim), x, device=device, dtype=dtype)
+    grad = torch.randn(shape).to(dtype)
+    expected = torch.autograd.grad(fn(x.requires_grad_(), dim), x, grad)[0]
+    xd = x.detach().to(device).requires_grad_()
+    got = torch.autograd.grad(fn(xd, dim), xd, grad.to(device))[0]
+    torch.testing.assert_close(got.cpu(), expected, **TOL[dtype])
+
+
+def test_softmax_half_to_float_out_nan_and_inf():
+    h = torch.randn(3, 4, dtype=torch.float16).openreg()
+    assert torch._log_softmax(h, 1, True).dtype == torch.float32  # as CUDA does
+    torch.testing.assert_close(torch._softmax(h, 1, True).cpu(), torch.softmax(h.cpu().float(), 1))
+    x = torch.randn(3, 4)
+    out = torch.empty(4, 3).t()  # not contiguous: computed aside, copied in
+    got = torch._log_softmax(x.openreg(), 1, False, out=out.openreg())
+    torch.testing.assert_close(got.cpu(), torch.log_softmax(x, 1))
+    special = torch.tensor([[0.0, float("nan"), 1.0], [float("-inf"), 0.0, 1.0], [float("-inf")] * 3])
+    for fn in [torch.softmax, torch.log_softmax]:
+        torch.testing.assert_close(fn(special.openreg(), 1).cpu(), fn(special, 1), equal_nan=True)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("weighted", [False, True], ids=["unweighted", "weighted"])
+def test_nll_loss_and_cross_entropy(weighted, reduction, dtype, device):
+    logits = torch.randn(8, 5).to(dtype)
+    target = torch.tensor([0, 4, 2, -100, 1, 1, 3, 0])
+    weight = torch.rand(5).to(dtype) if weighted else None
+    f = torch.nn.functional
+    for loss in [f.nll_loss, f.cross_entropy]:
+        fn = lambda x, t, w: loss(x, t, weight=w, reduction=reduction)  # noqa: E731
+        check(fn, logits, target, weight, device=device, dtype=dtype)
+        x = logits.clone().requires_grad_()
+        expected = torch.autograd.grad(fn(x, target, weight).sum(), x)[0]
+        xd = logits.to(device).requires_grad_()
+        wd = None if weight is None else weight.to(device)
+        got = torch.autograd.grad(fn(xd, target.to(device), wd).sum(), xd)[0]
+        torch.testing.assert_close(got.cpu(), expected, **TOL[dtype])
+    # One sample: 1-D input, 0-D target; a batch of nothing.
+    check(lambda x, t: f.nll_loss(x, t, reduction=reduction), logits[0], target[1], device=device, dtype=dtype)
+    check(lambda x, t: f.nll_loss(x, t, reduction=reduction), logits[:0], target[:0], device=device, dtype=dtype)
+
+
+def test_nll_loss_errors_and_host_path_match_cpu():
+    f = torch.nn.functional
+    for bad in [5, -1]:
+        same_error(f.nll_loss, torch.randn(3, 4), torch.tensor([0, bad, 1]))
+        same_error(lambda x, t: f.nll_loss(x, t, reduction="none"), torch.randn(3, 4), torch.tensor([0, bad, 1]))
+    same_error(f.nll_loss, torch.randn(3, 4), torch.tensor([0, 1]))
+    same_error(f.nll_loss, torch.randn(3, 4, 2, 2, 2), torch.zeros(3, 2, 2, dtype=torch.long))
+    same_error(lambda x, t, w: f.nll_loss(x, t, weight=w), torch.randn(3, 4), torch.tensor([0, 1, 2]), torch.ones(3))
+    with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device"):
+        f.nll_loss(torch.randn(3, 4, device="openreg"), torch.tensor([0, 1, 2]))
+    # Byte targets and float64 run CPU's kernel on the host (counted), with the same results.
+    torch.openreg.reset_fallback_counts()
+    x, t = torch.randn(3, 4, dtype=torch.float64), torch.tensor([0, 3, 1], dtype=torch.uint8)
+    check(f.nll_loss, x, t, device="openreg:0")
+    assert torch.openreg.fallback_counts() == {"aten::nll_loss_forward (Double)": 1}
 
 
 def test_linear_and_mlp_gradients_match_cpu():
@@ -295,4 +377,7 @@ def test_native_kernels_do_not_fall_back():
     torch.openreg.reset_fallback_counts()
     ((a @ a).relu() * 2 - a / 3).exp().sum(0).mean()
     a.float().tanh().sigmoid().amax(1)
+    logits = a.float().requires_grad_()
+    torch.nn.functional.cross_entropy(logits, torch.arange(8).openreg()).backward()
+    torch.softmax(logits, 0).sum().backward()
     assert torch.openreg.fallback_counts() == {}

@@ -13,6 +13,8 @@ void throw_error(const rust::Error& error) {
       throw c10::OutOfMemoryError(where, std::move(message));
     case ErrorKind::Value:
       throw c10::ValueError(where, std::move(message));
+    case ErrorKind::Index:
+      throw c10::IndexError(where, std::move(message));
     default:
       throw c10::AcceleratorError(where, /*code=*/1, std::move(message));
   }

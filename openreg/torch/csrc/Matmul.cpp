@@ -3,7 +3,6 @@
 
 #include "Structured.h"
 
-#include <ATen/core/op_registration/adaption.h>
 #include <ATen/ops/addmm.h>
 #include <ATen/ops/addmm_meta.h>
 #include <ATen/ops/bmm.h>
@@ -14,15 +13,6 @@
 
 namespace openreg {
 namespace {
-
-// These metas do not compare devices (TensorIterator-based ones do); PyTorch's generated
-// wrappers check them first, with the same helper and message.
-void check_devices(const char* method, std::initializer_list<const at::Tensor*> tensors) {
-  std::optional<c10::Device> common;
-  for (const at::Tensor* t : tensors) {
-    c10::impl::check_and_update_common_device(common, *t, method, "self");
-  }
-}
 
 // ANCHOR: matrix
 // A 2-D tensor, or a 3-D batch of them, as the Rust kernel sees it (strides in elements).
@@ -61,7 +51,7 @@ bool run_matmul(const at::Tensor& out, const at::Tensor& a, const at::Tensor& b,
 
 template <Variant kind>
 at::Tensor mm(const at::Tensor& self, const at::Tensor& mat2, const at::Tensor& given = {}) {
-  check_devices("mm", {&self, &mat2});
+  check_devices("wrapper_PrivateUse1_mm", {{"self", &self}, {"mat2", &mat2}});
   Structured<at::meta::structured_mm, kind> s(given);
   s.meta(self, mat2);
   const at::Tensor& out = s.maybe_get_output(0);
@@ -75,7 +65,7 @@ at::Tensor mm(const at::Tensor& self, const at::Tensor& mat2, const at::Tensor& 
 
 template <Variant kind>
 at::Tensor bmm(const at::Tensor& self, const at::Tensor& mat2, const at::Tensor& given = {}) {
-  check_devices("bmm", {&self, &mat2});
+  check_devices("wrapper_PrivateUse1_bmm", {{"self", &self}, {"mat2", &mat2}});
   Structured<at::meta::structured_bmm, kind> s(given);
   s.meta(self, mat2);
   const at::Tensor& out = s.maybe_get_output(0);
@@ -91,7 +81,7 @@ at::Tensor bmm(const at::Tensor& self, const at::Tensor& mat2, const at::Tensor&
 template <Variant kind>
 at::Tensor addmm(const at::Tensor& self, const at::Tensor& mat1, const at::Tensor& mat2,
                  const at::Scalar& beta, const at::Scalar& alpha, const at::Tensor& given = {}) {
-  check_devices("addmm", {&self, &mat1, &mat2});
+  check_devices("wrapper_PrivateUse1_addmm", {{"self", &self}, {"mat1", &mat1}, {"mat2", &mat2}});
   Structured<at::meta::structured_addmm, kind> s(given);
   s.meta(self, mat1, mat2, beta, alpha);
   const at::Tensor& out = s.maybe_get_output(0);

@@ -20,8 +20,8 @@ constexpr auto kOpenReg = c10::DeviceType::PrivateUse1;
 
 // ANCHOR: call
 // Throws the c10 exception matching a failed Rust call: c10::OutOfMemoryError,
-// c10::ValueError or c10::AcceleratorError, which Python sees as torch.OutOfMemoryError,
-// ValueError and torch.AcceleratorError (a RuntimeError).
+// c10::ValueError, c10::IndexError or c10::AcceleratorError, which Python sees as
+// torch.OutOfMemoryError, ValueError, IndexError and torch.AcceleratorError (a RuntimeError).
 [[noreturn]] void throw_error(const rust::Error& error);
 
 // Calls into Rust, turning its error into the matching c10 (and so Python) exception.
@@ -59,6 +59,8 @@ void register_stubs();
 void register_pointwise_ops();
 void register_reductions();
 void register_matmul();
+void register_softmax();
+void register_nll_loss();
 void register_autocast();
 void register_attention();
 void register_quantized_ops();

@@ -31,6 +31,8 @@ void register_backend() {
     register_pointwise_ops();
     register_reductions();
     register_matmul();
+    register_softmax();
+    register_nll_loss();
     register_codegen_ops();
   }
   register_attention();

@@ -45,6 +45,9 @@ pub(crate) fn copy_bytes(dst: usize, src: usize, len: usize, non_blocking: bool)
 /// The host-accessible address of device memory, after waiting for the work already queued
 /// on the device's current stream (host code is about to read or write it).
 pub(crate) fn host_view(ptr: usize, len: usize) -> Result<usize> {
+    if len == 0 {
+        return Ok(ptr); // nothing to see: an empty tensor may have no allocation at all
+    }
     let view = rt::host_view(ptr as *const u8, len)?;
     if let Some(device) = rt::pointer_attributes(ptr as *const u8).device {
         rt::current_stream(device as i64)?.synchronize()?;

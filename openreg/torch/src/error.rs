@@ -36,6 +36,12 @@ impl From<Error> for Failure {
 // ANCHOR_END: kind
 
 impl Failure {
+    /// An `IndexError`, such as a class index outside the classes.
+    pub(crate) fn index(message: String) -> Self {
+        LAST_KIND.with(|k| k.set(ErrorKind::Index));
+        Failure(message)
+    }
+
     /// An out-of-memory error composed above the runtime (it knows the allocator's numbers).
     pub(crate) fn out_of_memory(message: String) -> Self {
         LAST_KIND.with(|k| k.set(ErrorKind::OutOfMemory));

@@ -11,7 +11,10 @@ use crate::device::{
 };
 use crate::error::last_error_kind;
 use crate::fallback::record_fallback;
-use crate::kernels::{launch_abs_f32, launch_matmul, launch_pointwise, launch_reduction};
+use crate::kernels::{
+    launch_abs_f32, launch_matmul, launch_pointwise, launch_reduction, launch_softmax, nll_loss_backward,
+    nll_loss_forward,
+};
 use crate::host_allocator::{
     empty_host_cache, host_free, host_malloc, host_stats, is_pinned, pointer_device,
     record_host_event, reset_host_stats,
@@ -30,6 +33,7 @@ pub(crate) mod ffi {
     enum ErrorKind {
         Runtime,
         Value,
+        Index,
         OutOfMemory,
     }
 
@@ -101,6 +105,36 @@ pub(crate) mod ffi {
         Sum,
         Mean,
         Amax,
+    }
+
+    /// A softmax-family kernel (`kernels/softmax.rs`).
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    enum Softmax {
+        Softmax,
+        LogSoftmax,
+        SoftmaxBackward,
+        LogSoftmaxBackward,
+    }
+
+    /// The arguments of `nll_loss_forward`/`backward`: `reduction` as `at::Reduction`, and
+    /// whether the result is per sample (reduction none with a batch dimension).
+    #[derive(Debug, Clone, Copy)]
+    struct NllLoss {
+        reduction: i64,
+        ignore_index: i64,
+        classes: i64,
+        per_sample: bool,
+    }
+
+    /// A contiguous tensor in device memory: address, its storage (address, bytes), element
+    /// count and `c10::ScalarType` code. An absent optional tensor has address 0.
+    #[derive(Debug, Clone, Copy)]
+    struct Dense {
+        data: usize,
+        storage: usize,
+        storage_len: usize,
+        numel: usize,
+        dtype: i8,
     }
 
     /// A (batch of) matrices in device memory: address and strides in elements, and the
@@ -188,6 +222,35 @@ pub(crate) mod ffi {
             beta: f64,
             device: i64,
         ) -> Result<()>;
+
+        fn launch_softmax(
+            op: Softmax,
+            out: Dense,
+            inputs: &[Dense],
+            outer: i64,
+            size: i64,
+            inner: i64,
+            device: i64,
+        ) -> Result<bool>;
+        /// The NLL loss waits for the stream and runs on the calling thread (see kernels.rs).
+        fn nll_loss_forward(
+            args: NllLoss,
+            output: Dense,
+            total_weight: Dense,
+            input: Dense,
+            target: Dense,
+            weight: Dense,
+            device: i64,
+        ) -> Result<bool>;
+        fn nll_loss_backward(
+            args: NllLoss,
+            grad_input: Dense,
+            grad_output: Dense,
+            target: Dense,
+            weight: Dense,
+            total_weight: Dense,
+            device: i64,
+        ) -> Result<bool>;
 
         // Streams, named by (device, id) as in c10::Stream.
         fn current_stream(device: i64) -> Result<i64>;

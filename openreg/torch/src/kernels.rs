@@ -6,15 +6,17 @@
 mod dtype;
 mod elementwise;
 mod matmul;
+mod nll_loss;
 mod pool;
 mod reduce;
+mod softmax;
 mod walk;
 
 use openreg_runtime as rt;
 use rayon::prelude::*;
 
 use crate::error::{Failure, Result};
-use crate::ffi::ffi::{Matrix, Pointwise, Reduction};
+use crate::ffi::ffi::{Dense, Matrix, NllLoss, Pointwise, Reduction, Softmax};
 use dtype::Dtype;
 use elementwise::{Elementwise, Source};
 use walk::Layout;
@@ -193,4 +195,96 @@ pub(crate) fn launch_matmul(
         alpha, beta,
     };
     launch(device, m * n * k.max(1) * batch, move || work.run())
+}
+
+/// The runtime's address of a contiguous operand's `numel` elements of `dtype`.
+fn dense(t: &Dense, dtype: Dtype) -> Result<usize> {
+    view(t.data, t.numel * dtype.size(), &[t.storage, t.storage_len])
+}
+
+// ANCHOR: launch_softmax
+/// Launches a softmax-family kernel along the middle dimension of `[outer, size, inner]`
+/// contiguous operands (`inputs`: the input, or grad_output and output). False, having done
+/// nothing, if one of the dtypes is not float32, float16 or bfloat16.
+pub(crate) fn launch_softmax(op: Softmax, out: Dense, inputs: &[Dense], outer: i64, size: i64, inner: i64, device: i64) -> Result<bool> {
+    let operands: Vec<Dense> = std::iter::once(out).chain(inputs.iter().copied()).collect();
+    let Some(dtypes) = operands.iter().map(|t| Dtype::from_code(t.dtype)).collect::<Option<Vec<_>>>() else {
+        return Ok(false);
+    };
+    let [outer, size, inner] = [outer, size, inner].map(|v| v.max(0) as usize);
+    let n = outer * size * inner;
+    if operands.iter().any(|t| t.numel != n) {
+        return Err(rt::Error::InvalidValue(format!("softmax operands of {n} elements expected")).into());
+    }
+    if n == 0 {
+        return Ok(true);
+    }
+    let mut slots = Vec::with_capacity(operands.len());
+    for (t, &d) in operands.iter().zip(&dtypes) {
+        slots.push((dense(t, d)?, d));
+    }
+    let work = softmax::SoftmaxKernel { op, out: slots[0], inputs: slots.split_off(1), outer, size, inner };
+    launch(device, n, move || work.run())?;
+    Ok(true)
+}
+// ANCHOR_END: launch_softmax
+
+/// `c10::ScalarType::Long`.
+const INT64: i8 = 4;
+
+// ANCHOR: nll_targets
+/// The class indices of `target`, checked like CPU does (an `IndexError` naming the first bad
+/// one). Reading them needs their values: the loss waits for its stream to finish what it
+/// queued, then computes on the calling thread. (A GPU would check inside the kernel and
+/// report a failure at the next synchronization, as CUDA's device-side asserts do.)
+fn nll_targets(args: &NllLoss, target: &Dense, device: i64) -> Result<Vec<i64>> {
+    rt::current_stream(device)?.synchronize()?;
+    let base = view(target.data, target.numel * 8, &[target.storage, target.storage_len])? as *const i64;
+    // SAFETY: `numel` int64 elements, checked against their allocation; the stream is idle.
+    let targets: Vec<i64> = (0..target.numel).map(|i| unsafe { base.add(i).read_unaligned() }).collect();
+    match nll_loss::invalid_target(args, &targets) {
+        Some(t) => Err(Failure::index(format!("Target {t} is out of bounds."))),
+        None => Ok(targets),
+    }
+}
+// ANCHOR_END: nll_targets
+
+/// Float operands of one dtype and int64 targets, or false (the caller runs CPU's kernel).
+fn nll_supported(float: &[&Dense], weight: &Dense, target: &Dense) -> Option<Dtype> {
+    let dtype = Dtype::from_code(float[0].dtype)?;
+    let same = float.iter().all(|t| t.dtype == float[0].dtype) && (weight.data == 0 || weight.dtype == float[0].dtype);
+    (same && target.dtype == INT64).then_some(dtype)
+}
+
+/// Runs `f` on the calling thread; a panic becomes an error rather than crossing into C++.
+fn guarded(f: impl FnOnce()) -> Result<bool> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f))
+        .map(|()| true)
+        .map_err(|_| rt::Error::InvalidValue("an openreg loss kernel panicked".into()).into())
+}
+
+/// `nll_loss_forward`: `output` and `total_weight` from `input` and `target` (`weight`'s
+/// address is 0 when there is none). False if the dtypes are not ours.
+pub(crate) fn nll_loss_forward(
+    args: NllLoss, output: Dense, total_weight: Dense, input: Dense, target: Dense, weight: Dense, device: i64,
+) -> Result<bool> {
+    let Some(dt) = nll_supported(&[&input, &output, &total_weight], &weight, &target) else { return Ok(false) };
+    let targets = nll_targets(&args, &target, device)?;
+    let (output, total_weight, input) = ((dense(&output, dt)?, dt), (dense(&total_weight, dt)?, dt), (dense(&input, dt)?, dt));
+    let weight = if weight.data == 0 { None } else { Some((dense(&weight, dt)?, dt)) };
+    // SAFETY: every operand was checked against its allocation, targets against the classes.
+    guarded(|| unsafe { nll_loss::forward(&args, output, total_weight, input, &targets, weight) })
+}
+
+/// `nll_loss_backward`: `grad_input` from `grad_output`, `target` and `total_weight`.
+pub(crate) fn nll_loss_backward(
+    args: NllLoss, grad_input: Dense, grad_output: Dense, target: Dense, weight: Dense, total_weight: Dense, device: i64,
+) -> Result<bool> {
+    let Some(dt) = nll_supported(&[&grad_input, &grad_output, &total_weight], &weight, &target) else { return Ok(false) };
+    let targets = nll_targets(&args, &target, device)?;
+    let slot = |t: &Dense| -> Result<nll_loss::Slot> { Ok((dense(t, dt)?, dt)) };
+    let (grad_input, grad_output, total_weight) = (slot(&grad_input)?, slot(&grad_output)?, slot(&total_weight)?);
+    let weight = if weight.data == 0 { None } else { Some(slot(&weight)?) };
+    // SAFETY: as in nll_loss_forward.
+    guarded(|| unsafe { nll_loss::backward(&args, grad_input, grad_output, &targets, weight, total_weight) })
 }

@@ -71,7 +71,12 @@ pub(crate) fn threads() -> usize {
 pub(crate) fn run(parts: usize, part: impl Fn(usize) + Sync) {
     let pool = pool();
     if parts <= 1 || pool.helpers == 0 || pool.busy.swap(true, Ordering::Acquire) {
-        return (0..parts).for_each(part);
+        // Alone (the pool is in use elsewhere): the same contract, every part before a panic.
+        let failed = (0..parts).fold(false, |failed, p| catch_unwind(AssertUnwindSafe(|| part(p))).is_err() || failed);
+        if failed {
+            panic!("a kernel part panicked");
+        }
+        return;
     }
     let part: Part<'_> = &part;
     // SAFETY: parts are claimed under `job`'s lock, and this function clears `job.part` (and

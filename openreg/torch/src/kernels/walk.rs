@@ -57,6 +57,10 @@ impl Layout {
             return;
         }
         let ndim = self.shape.len();
+        if ndim == 0 {
+            // No dimensions: a single element (a reduction over only size-1 dimensions).
+            return f(&[0; MAX_OPERANDS], 1);
+        }
         // The multi-index of `start`, and the offsets it gives.
         let (mut small, mut big) = ([0usize; 16], Vec::new());
         let index: &mut [usize] = if ndim <= small.len() {
@@ -111,5 +115,13 @@ mod tests {
         assert_eq!(seen, vec![(4, 0, 2), (12, 4, 2)]);
         assert_eq!(layout.extent(0, 4), 24);
         assert_eq!(layout.extent(1, 4), 8);
+    }
+
+    #[test]
+    fn a_space_without_dimensions_is_one_element() {
+        let layout = Layout { shape: vec![], strides: vec![] };
+        let mut seen = vec![];
+        layout.walk(0, 1, |o, len| seen.push((o[0], len)));
+        assert_eq!(seen, vec![(0, 1)]);
     }
 }
