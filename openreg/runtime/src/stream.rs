@@ -44,6 +44,10 @@ struct Queue {
     submitted: u64,
     completed: u64,
     worker_running: bool,
+    /// The worker is waiting for work; only then does a launch need to wake it.
+    worker_waiting: bool,
+    /// Threads in `synchronize`; only then does a completed task need to wake anyone.
+    synchronizers: usize,
     /// The first failure since the last synchronize, reported by it.
     error: Option<String>,
 }
@@ -192,8 +196,13 @@ impl Stream {
                 return Err(Error::System { call: "spawn", errno: e.raw_os_error().unwrap_or(0) });
             }
         }
+        // A notification is a system call; skip it when the worker is busy (it takes the next
+        // task without sleeping), which is the common case for back-to-back kernels.
+        let wake = q.worker_waiting;
         drop(q);
-        self.0.work.notify_one();
+        if wake {
+            self.0.work.notify_one();
+        }
         Ok(())
     }
     // ANCHOR_END: launch
@@ -226,9 +235,11 @@ impl Stream {
         crate::fork::check_not_forked()?;
         let mut q = self.lock();
         let target = q.submitted;
+        q.synchronizers += 1;
         while q.completed < target {
             q = self.0.done.wait(q).unwrap_or_else(|e| e.into_inner());
         }
+        q.synchronizers -= 1;
         match q.error.take() {
             None => Ok(()),
             Some(message) => Err(Error::StreamFailed { stream: self.0.id, device: self.0.device, message }),
@@ -262,9 +273,11 @@ fn worker(inner: &Inner) {
     let mut q = inner.queue.lock().unwrap_or_else(|e| e.into_inner());
     loop {
         let Some(task) = q.tasks.pop_front() else {
+            q.worker_waiting = true;
             let (guard, timeout) =
                 inner.work.wait_timeout(q, WORKER_IDLE).unwrap_or_else(|e| e.into_inner());
             q = guard;
+            q.worker_waiting = false;
             if timeout.timed_out() && q.tasks.is_empty() {
                 q.worker_running = false;
                 return;
@@ -278,7 +291,9 @@ fn worker(inner: &Inner) {
             q.error.get_or_insert(panic_message(&*panic));
         }
         q.completed += 1;
-        inner.done.notify_all();
+        if q.synchronizers > 0 {
+            inner.done.notify_all();
+        }
     }
 }
 // ANCHOR_END: worker
