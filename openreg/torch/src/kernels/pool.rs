@@ -1,7 +1,7 @@
 //! The kernels' worker threads. A kernel split into parts runs part 0 on the calling thread
-//! and the others on helpers, which spin briefly after each kernel before they sleep: back to
-//! back kernels (the common case) then start in well under a microsecond, where waking a
-//! sleeping thread costs tens. OpenMP, under PyTorch's CPU kernels, does the same.
+//! and the others on helpers, which poll briefly after each kernel before they sleep: back to
+//! back kernels (the common case) then start within a microsecond, where waking a sleeping
+//! thread costs tens. OpenMP, under PyTorch's CPU kernels, does the same.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -92,7 +92,7 @@ pub(crate) fn run(parts: usize, part: impl Fn(usize) + Sync) {
     let mine = catch_unwind(AssertUnwindSafe(|| part(0)));
     pool.work(epoch); // parts the helpers have not claimed
     while pool.done.load(Ordering::Acquire) < parts - 1 {
-        std::hint::spin_loop();
+        std::thread::yield_now(); // a helper still on its part may be waiting for a core
     }
     pool.lock_job().part = None;
     let failed = pool.failed.swap(false, Ordering::AcqRel);
@@ -143,7 +143,10 @@ impl Pool {
                     *sleeping -= 1;
                     break;
                 }
-                std::hint::spin_loop();
+                // Yield, not just spin: with more runnable threads than cores (the stream
+                // worker, autograd's device thread, Python), a helper that keeps its core
+                // delays them; yielding costs this loop a system call per check.
+                std::thread::yield_now();
             }
             seen = self.epoch.load(Ordering::Acquire);
             self.work(seen);
