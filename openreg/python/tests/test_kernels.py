@@ -252,6 +252,14 @@ def test_softmax_half_to_float_out_nan_and_inf():
     h = torch.randn(3, 4, dtype=torch.float16).openreg()
     assert torch._log_softmax(h, 1, True).dtype == torch.float32  # as CUDA does
     torch.testing.assert_close(torch._softmax(h, 1, True).cpu(), torch.softmax(h.cpu().float(), 1))
+    for fn in [torch._softmax, torch._log_softmax]:  # backward: float32 grads, float16 result
+        g = torch.randn(3, 4)
+        x = h.clone().requires_grad_()
+        got = torch.autograd.grad(fn(x, 1, True), x, g.openreg())[0]
+        ref = h.cpu().float().requires_grad_()
+        expected = torch.autograd.grad(fn(ref, 1, False), ref, g)[0]
+        assert got.dtype == torch.float16
+        torch.testing.assert_close(got.cpu().float(), expected, rtol=1e-2, atol=1e-2)
     x = torch.randn(3, 4)
     out = torch.empty(4, 3).t()  # not contiguous: computed aside, copied in
     got = torch._log_softmax(x.openreg(), 1, False, out=out.openreg())
