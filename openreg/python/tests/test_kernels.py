@@ -269,6 +269,19 @@ def test_softmax_half_to_float_out_nan_and_inf():
         torch.testing.assert_close(fn(special.openreg(), 1).cpu(), fn(special, 1), equal_nan=True)
 
 
+def test_softmax_of_other_dtypes_runs_on_the_host_counted():
+    x = torch.randn(3, 4, dtype=torch.float64)
+    torch.openreg.reset_fallback_counts()
+    xd = x.openreg().requires_grad_()
+    y = torch.log_softmax(xd, 1)
+    (grad,) = torch.autograd.grad(y.sum(), xd)
+    xc = x.clone().requires_grad_()
+    torch.testing.assert_close(grad.cpu(), torch.autograd.grad(torch.log_softmax(xc, 1).sum(), xc)[0])
+    counts = torch.openreg.fallback_counts()
+    assert counts["aten::_log_softmax (Double)"] == 1
+    assert counts["aten::_log_softmax_backward_data (Double)"] == 1
+
+
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
