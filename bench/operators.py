@@ -15,19 +15,21 @@ import time
 import torch
 
 
-def per_call(fn, device, calls, repeats=7):
-    """Median seconds per call of `fn`, over batches of `calls` calls ended by a synchronize."""
+def batch(fn, sync, calls):
+    """Seconds per call of `fn` over `calls` calls ended by a synchronize."""
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    sync()
+    return (time.perf_counter() - start) / calls
+
+
+def per_call(fn, device, calls, repeats=9):
+    """Median seconds per call of `fn` on `device`, over batches of `calls` calls."""
     sync = torch.openreg.synchronize if device == "openreg" else (lambda: None)
     fn()
     sync()
-    samples = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        sync()
-        samples.append((time.perf_counter() - start) / calls)
-    return statistics.median(samples)
+    return statistics.median(batch(fn, sync, calls) for _ in range(repeats))
 
 
 def mlp_step(device):
@@ -73,8 +75,16 @@ TARGETS = {"x + x 3x3": 1.0, "add 1M": 1.1, "mul 1M": 1.1, "relu 1M": 1.1, "add 
            "MLP 784-256-256-10 SGD step, batch 64": 1.3}
 
 
-def measure(device):
-    return {name: per_call(fn, device, calls) for name, fn, calls in cases(device)}
+def measure():
+    """{device: {case: seconds per call}}. Each case runs on the CPU and then on openreg, so a
+    slow spell of the shared machine is less likely to land on one side of a ratio only.
+    (Alternating single batches was worse: each side's idle threads, OpenMP's and ours, still
+    poll for a while after a batch and slow the other side's next one.)"""
+    out = {"cpu": {}, "openreg": {}}
+    for (name, on_cpu, calls), (_, on_device, _) in zip(cases("cpu"), cases("openreg")):
+        out["cpu"][name] = per_call(on_cpu, "cpu", calls)
+        out["openreg"][name] = per_call(on_device, "openreg", calls)
+    return out
 
 
 def svg(rows):
@@ -110,7 +120,7 @@ def svg(rows):
 
 def main():
     if "--json" in sys.argv:
-        print(json.dumps({"cpu": measure("cpu"), "openreg": measure("openreg")}))
+        print(json.dumps(measure()))
         return
     run = lambda env: json.loads(subprocess.run(  # noqa: E731
         [sys.executable, __file__, "--json"], env={**os.environ, **env}, check=True,
