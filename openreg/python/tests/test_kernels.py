@@ -300,9 +300,13 @@ def test_nll_loss_and_cross_entropy(weighted, reduction, dtype, device):
         wd = None if weight is None else weight.to(device)
         got = torch.autograd.grad(fn(xd, target.to(device), wd).sum(), xd)[0]
         torch.testing.assert_close(got.cpu(), expected, **TOL[dtype])
-    # One sample: 1-D input, 0-D target; a batch of nothing.
-    check(lambda x, t: f.nll_loss(x, t, reduction=reduction), logits[0], target[1], device=device, dtype=dtype)
-    check(lambda x, t: f.nll_loss(x, t, reduction=reduction), logits[:0], target[:0], device=device, dtype=dtype)
+    # One sample: 1-D input, 0-D target; a batch of nothing (forward and backward).
+    for x, t in [(logits[0], target[1]), (logits[:0], target[:0])]:
+        check(lambda x, t: f.nll_loss(x, t, reduction=reduction), x, t, device=device, dtype=dtype)
+        xc, xd = x.clone().requires_grad_(), x.to(device).requires_grad_()
+        expected = torch.autograd.grad(f.nll_loss(xc, t, reduction=reduction).sum(), xc)[0]
+        got = torch.autograd.grad(f.nll_loss(xd, t.to(device), reduction=reduction).sum(), xd)[0]
+        torch.testing.assert_close(got.cpu(), expected, **TOL[dtype])
 
 
 def test_nll_loss_errors_and_host_path_match_cpu():

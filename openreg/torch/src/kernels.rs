@@ -256,6 +256,21 @@ fn nll_supported(float: &[&Dense], weight: &Dense, target: &Dense) -> Option<Dty
     (same && target.dtype == INT64).then_some(dtype)
 }
 
+/// The element counts the loss kernels index by, checked (the meta functions guarantee them;
+/// a mismatch is an error here, never an access outside a tensor).
+fn nll_shapes(args: &NllLoss, targets: usize, by_class: &Dense, by_sample: &Dense, weight: &Dense, total: &Dense) -> Result<()> {
+    let classes = args.classes.max(0) as usize;
+    let samples = if args.reduction == 0 && args.per_sample { targets } else { 1 };
+    if by_class.numel != targets * classes
+        || by_sample.numel != samples
+        || total.numel != 1
+        || (weight.data != 0 && weight.numel != classes)
+    {
+        return Err(rt::Error::InvalidValue("nll_loss operands do not match their shapes".into()).into());
+    }
+    Ok(())
+}
+
 /// Runs `f` on the calling thread; a panic becomes an error rather than crossing into C++.
 fn guarded(f: impl FnOnce()) -> Result<bool> {
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(f))
@@ -270,6 +285,7 @@ pub(crate) fn nll_loss_forward(
 ) -> Result<bool> {
     let Some(dt) = nll_supported(&[&input, &output, &total_weight], &weight, &target) else { return Ok(false) };
     let targets = nll_targets(&args, &target, device)?;
+    nll_shapes(&args, targets.len(), &input, &output, &weight, &total_weight)?;
     let (output, total_weight, input) = ((dense(&output, dt)?, dt), (dense(&total_weight, dt)?, dt), (dense(&input, dt)?, dt));
     let weight = if weight.data == 0 { None } else { Some((dense(&weight, dt)?, dt)) };
     // SAFETY: every operand was checked against its allocation, targets against the classes.
@@ -282,6 +298,7 @@ pub(crate) fn nll_loss_backward(
 ) -> Result<bool> {
     let Some(dt) = nll_supported(&[&grad_input, &grad_output, &total_weight], &weight, &target) else { return Ok(false) };
     let targets = nll_targets(&args, &target, device)?;
+    nll_shapes(&args, targets.len(), &grad_input, &grad_output, &weight, &total_weight)?;
     let slot = |t: &Dense| -> Result<nll_loss::Slot> { Ok((dense(t, dt)?, dt)) };
     let (grad_input, grad_output, total_weight) = (slot(&grad_input)?, slot(&grad_output)?, slot(&total_weight)?);
     let weight = if weight.data == 0 { None } else { Some(slot(&weight)?) };

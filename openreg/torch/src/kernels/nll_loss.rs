@@ -69,16 +69,18 @@ pub(crate) unsafe fn backward(args: &NllLoss, grad_input: Slot, grad_output: Slo
     let classes = args.classes as usize;
     let w = |t: usize| weight.map_or(1.0, |w| unsafe { read(w, t) });
     unsafe {
-        let zeros = vec![0f32; target.len().max(1) * classes];
+        let zeros = vec![0f32; target.len() * classes];
         dtype::store(grad_input.1, grad_input.0 as *mut u8, grad_input.1.size() as isize, &zeros);
         let per_sample = args.reduction == NONE && args.per_sample;
-        let mut grad = -read(grad_output, 0);
-        if args.reduction == MEAN && !per_sample {
-            grad /= read(total_weight, 0);
-        }
+        // One upstream gradient for a reduced loss (divided by the weight total for a mean).
+        let reduced = match (per_sample, args.reduction) {
+            (true, _) => 0.0,
+            (false, MEAN) => -read(grad_output, 0) / read(total_weight, 0),
+            (false, _) => -read(grad_output, 0),
+        };
         for (b, &t) in target.iter().enumerate() {
             if t != args.ignore_index {
-                let g = if per_sample { -read(grad_output, b) } else { grad };
+                let g = if per_sample { -read(grad_output, b) } else { reduced };
                 write(grad_input, b * classes + t as usize, w(t as usize) * g);
             }
         }
