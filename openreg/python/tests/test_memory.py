@@ -101,8 +101,10 @@ def test_record_stream_keeps_a_block_from_reuse_until_the_stream_is_done():
 
 
 def test_stress_every_byte_accounted_for():
+    import gc
     import threading
 
+    gc.collect()  # tensors of earlier tests waiting in reference cycles would be freed midway
     torch.accelerator.synchronize()
     before = [torch.accelerator.memory_allocated(i) for i in range(2)]
     errors = []
