@@ -191,7 +191,8 @@ def test_empty_tensors_of_host_path_dtypes(dtype):
     # An empty tensor may have no allocation: the host path must not ask for one.
     x = torch.zeros(0, 3, dtype=dtype, device="openreg")
     assert x.shape == (0, 3) and x.cpu().shape == (0, 3)
-    assert x.abs().shape == (0, 3) if dtype != torch.bool else True
+    if dtype != torch.bool:  # abs of bool is an error on CPU too
+        assert x.abs().shape == (0, 3)
     assert torch.equal(x.sum(0).cpu(), torch.zeros(0, 3, dtype=dtype).sum(0))
 
 

@@ -16,8 +16,6 @@
 #include <c10/core/WrapDimMinimal.h>
 #include <torch/library.h>
 
-#include <string>
-
 namespace openreg {
 namespace {
 
@@ -92,12 +90,10 @@ at::Tensor softmax(const at::Tensor& self, int64_t dim, bool half_to_float,
 }
 
 template <class Meta, Variant kind, class Host>
-at::Tensor backward(Softmax op, const char* name, const at::Tensor& grad_output,
+at::Tensor backward(Softmax op, const char* name, const char* method, const at::Tensor& grad_output,
                     const at::Tensor& output, int64_t dim, at::ScalarType input_dtype,
                     const at::Tensor& given, Host&& host) {
-  const std::string method = std::string("wrapper_PrivateUse1_") + name;
-  check_devices(method.c_str(),
-                {{"grad_output", &grad_output}, {"output", &output}, {"out", &given}});
+  check_devices(method, {{"grad_output", &grad_output}, {"output", &output}, {"out", &given}});
   Structured<Meta, kind> s(given);
   s.meta(grad_output, output, dim, input_dtype);
   const at::Tensor& grad_input = s.maybe_get_output(0);
@@ -113,7 +109,8 @@ at::Tensor log_softmax_backward(const at::Tensor& grad_output, const at::Tensor&
                                 int64_t dim, at::ScalarType input_dtype,
                                 const at::Tensor& given = {}) {
   return backward<at::meta::structured__log_softmax_backward_data, kind>(
-      Softmax::LogSoftmaxBackward, "_log_softmax_backward_data", grad_output,
+      Softmax::LogSoftmaxBackward, "_log_softmax_backward_data",
+      "wrapper_PrivateUse1__log_softmax_backward_data", grad_output,
       output, dim, input_dtype, given,
       [&](at::Tensor out, const at::Tensor& g, const at::Tensor& y) {
         at::_log_softmax_backward_data_out(out, g, y, dim, input_dtype);
@@ -124,7 +121,8 @@ template <Variant kind>
 at::Tensor softmax_backward(const at::Tensor& grad_output, const at::Tensor& output, int64_t dim,
                             at::ScalarType input_dtype, const at::Tensor& given = {}) {
   return backward<at::meta::structured__softmax_backward_data, kind>(
-      Softmax::SoftmaxBackward, "_softmax_backward_data", grad_output,
+      Softmax::SoftmaxBackward, "_softmax_backward_data",
+      "wrapper_PrivateUse1__softmax_backward_data", grad_output,
       output, dim, input_dtype, given,
       [&](at::Tensor out, const at::Tensor& g, const at::Tensor& y) {
         at::_softmax_backward_data_out(out, g, y, dim, input_dtype);

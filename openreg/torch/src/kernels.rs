@@ -207,21 +207,18 @@ fn dense(t: &Dense, dtype: Dtype) -> Result<usize> {
 /// contiguous operands (`inputs`: the input, or grad_output and output). False, having done
 /// nothing, if one of the dtypes is not float32, float16 or bfloat16.
 pub(crate) fn launch_softmax(op: Softmax, out: Dense, inputs: &[Dense], outer: i64, size: i64, inner: i64, device: i64) -> Result<bool> {
-    let operands: Vec<Dense> = std::iter::once(out).chain(inputs.iter().copied()).collect();
-    let Some(dtypes) = operands.iter().map(|t| Dtype::from_code(t.dtype)).collect::<Option<Vec<_>>>() else {
-        return Ok(false);
-    };
     let [outer, size, inner] = [outer, size, inner].map(|v| v.max(0) as usize);
     let n = outer * size * inner;
-    if operands.iter().any(|t| t.numel != n) {
-        return Err(rt::Error::InvalidValue(format!("softmax operands of {n} elements expected")).into());
+    let mut slots = Vec::with_capacity(1 + inputs.len());
+    for t in std::iter::once(&out).chain(inputs) {
+        let Some(dtype) = Dtype::from_code(t.dtype) else { return Ok(false) };
+        if t.numel != n {
+            return Err(rt::Error::InvalidValue(format!("softmax operands of {n} elements expected")).into());
+        }
+        slots.push((dense(t, dtype)?, dtype));
     }
     if n == 0 {
         return Ok(true);
-    }
-    let mut slots = Vec::with_capacity(operands.len());
-    for (t, &d) in operands.iter().zip(&dtypes) {
-        slots.push((dense(t, d)?, d));
     }
     let work = softmax::SoftmaxKernel { op, out: slots[0], inputs: slots.split_off(1), outer, size, inner };
     launch(device, n, move || work.run())?;
@@ -260,7 +257,7 @@ fn nll_supported(float: &[&Dense], weight: &Dense, target: &Dense) -> Option<Dty
 /// a mismatch is an error here, never an access outside a tensor).
 fn nll_shapes(args: &NllLoss, targets: usize, by_class: &Dense, by_sample: &Dense, weight: &Dense, total: &Dense) -> Result<()> {
     let classes = args.classes.max(0) as usize;
-    let samples = if args.reduction == 0 && args.per_sample { targets } else { 1 };
+    let samples = if args.per_sample { targets } else { 1 };
     if by_class.numel != targets * classes
         || by_sample.numel != samples
         || total.numel != 1

@@ -5,8 +5,7 @@
 use super::dtype::{self, Dtype};
 use crate::ffi::ffi::NllLoss;
 
-/// `Reduction::None` in `at::Reduction`; 1 is mean, 2 is sum.
-const NONE: i64 = 0;
+/// `Reduction::Mean` in `at::Reduction` (0 is none, 2 is sum).
 const MEAN: i64 = 1;
 
 /// One operand: runtime-view address and dtype.
@@ -36,7 +35,7 @@ pub(crate) unsafe fn forward(args: &NllLoss, output: Slot, total_weight: Slot, i
     let w = |t: usize| weight.map_or(1.0, |w| unsafe { read(w, t) });
     unsafe {
         write(total_weight, 0, 0.0);
-        if args.reduction == NONE && args.per_sample {
+        if args.per_sample {
             for (b, &t) in target.iter().enumerate() {
                 let loss = if t == args.ignore_index { 0.0 } else { -read(input, b * classes + t as usize) * w(t as usize) };
                 write(output, b, loss);
@@ -71,7 +70,7 @@ pub(crate) unsafe fn backward(args: &NllLoss, grad_input: Slot, grad_output: Slo
     unsafe {
         let zeros = vec![0f32; target.len() * classes];
         dtype::store(grad_input.1, grad_input.0 as *mut u8, grad_input.1.size() as isize, &zeros);
-        let per_sample = args.reduction == NONE && args.per_sample;
+        let per_sample = args.per_sample;
         // One upstream gradient for a reduced loss (divided by the weight total for a mean).
         let reduced = match (per_sample, args.reduction) {
             (true, _) => 0.0,
@@ -91,6 +90,8 @@ pub(crate) unsafe fn backward(args: &NllLoss, grad_input: Slot, grad_output: Slo
 mod tests {
     use super::*;
 
+    const NONE: i64 = 0;
+
     fn args(reduction: i64, per_sample: bool) -> NllLoss {
         NllLoss { reduction, ignore_index: -100, classes: 3, per_sample }
     }
@@ -103,7 +104,7 @@ mod tests {
         let (mut out, mut total) = ([0f32; 3], [0f32]);
         let slot = |p: *const f32| (p as usize, Dtype::Float);
         unsafe {
-            forward(&args(MEAN, true), slot(out.as_mut_ptr()), slot(total.as_mut_ptr()), slot(input.as_ptr()), &target, Some(slot(weight.as_ptr())));
+            forward(&args(MEAN, false), slot(out.as_mut_ptr()), slot(total.as_mut_ptr()), slot(input.as_ptr()), &target, Some(slot(weight.as_ptr())));
         }
         // (0.7 * 3 + 0.5 * 1) / (3 + 1)
         assert!((out[0] + 0.65).abs() < 1e-6 && total[0] == 4.0);
@@ -116,7 +117,7 @@ mod tests {
         let upstream = [2f32];
         let total = [4f32];
         unsafe {
-            backward(&args(MEAN, true), slot(grad.as_mut_ptr()), slot(upstream.as_ptr()), &target, Some(slot(weight.as_ptr())), slot(total.as_ptr()));
+            backward(&args(MEAN, false), slot(grad.as_mut_ptr()), slot(upstream.as_ptr()), &target, Some(slot(weight.as_ptr())), slot(total.as_ptr()));
         }
         assert_eq!(grad, [0.0, 0.0, -1.5, -0.5, 0.0, 0.0, 0.0, 0.0, 0.0]);
     }
