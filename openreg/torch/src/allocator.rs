@@ -9,6 +9,10 @@
 //!   (2 MiB segments), above it from the *large pool* (20 MiB segments, or the request
 //!   rounded up to 2 MiB when it is 10 MiB or more);
 //! * a block is split when the rest is worth keeping, and freed neighbours merge again;
+//! * a freed small block is first *parked*: the next request of its size on its stream takes
+//!   it back without a split or a merge (operators free and allocate the same sizes over and
+//!   over); parked blocks merge only when there are too many, when a request finds no other
+//!   fit, and before statistics or `empty_cache`;
 //! * a block is reused only by the stream it was allocated on (work on one stream is
 //!   ordered, so that is safe); if other streams used it (`record_stream`), it returns to the
 //!   pool only once their work, queued before the free, has completed;
@@ -39,6 +43,9 @@ const ROUND_LARGE: usize = 2 << 20;
 
 const SMALL: usize = 1;
 const LARGE: usize = 2;
+
+/// Freed small blocks kept unmerged for reuse at the same size.
+const PARKED: usize = 64;
 
 // ANCHOR: hasher
 /// Hashes block addresses with one multiplication. The standard library's SipHash resists
@@ -91,6 +98,8 @@ struct Block {
     /// The stream it was allocated on; it is reused only on that stream.
     stream: u64,
     allocated: bool,
+    /// Freed, and waiting unmerged in `DeviceCache::parked`.
+    parked: bool,
     prev: Option<usize>,
     next: Option<usize>,
     /// Other streams that used it (`record_stream`).
@@ -108,6 +117,8 @@ struct DeviceCache {
     free: [BTreeSet<(u64, usize, usize)>; 3],
     /// Freed blocks waiting for other streams' work.
     pending: Vec<usize>,
+    /// Freed small blocks not yet merged, oldest first: (stream, size, address).
+    parked: Vec<(u64, usize, usize)>,
     /// Segment base -> size.
     segments: AddressMap<usize>,
     stats: DeviceStats,
@@ -124,6 +135,7 @@ fn with_cache<R>(device: usize, f: impl FnOnce(&mut DeviceCache) -> R) -> R {
         blocks: AddressMap::default(),
         free: Default::default(),
         pending: Vec::new(),
+        parked: Vec::new(),
         segments: AddressMap::default(),
         stats: DeviceStats::default(),
     });
@@ -173,17 +185,25 @@ impl DeviceCache {
         let size = round_up(requested.max(1), ALIGNMENT);
         let pool = pool_of(size);
         self.process_pending();
-        let found = self.free[pool].range((stream, size, 0)..(stream + 1, 0, 0)).next().copied();
-        let addr = match found {
-            Some(key) => {
-                self.free[pool].remove(&key);
-                key.2
+        let addr = match self.parked.iter().rposition(|&(s, n, _)| s == stream && n == size) {
+            Some(i) => self.parked.remove(i).2,
+            None => {
+                let mut found = self.best_fit(pool, stream, size);
+                if found.is_none() && !self.parked.is_empty() {
+                    self.unpark_all(); // merged, they may make room
+                    found = self.best_fit(pool, stream, size);
+                }
+                let addr = match found {
+                    Some(addr) => addr,
+                    None => self.new_segment(requested, size, stream)?,
+                };
+                self.split(addr, size);
+                addr
             }
-            None => self.new_segment(requested, size, stream)?,
         };
-        self.split(addr, size);
         let block = self.blocks.get_mut(&addr).expect("block exists");
         block.allocated = true;
+        block.parked = false;
         block.requested = requested;
         let (block_size, pool) = (block.size as i64, block.pool);
         let s = &mut self.stats;
@@ -193,6 +213,13 @@ impl DeviceCache {
         update(&mut s.active_bytes, pool, block_size);
         update(&mut s.requested_bytes, pool, requested as i64);
         Ok(addr)
+    }
+
+    /// Takes the smallest free block of `stream` with at least `size` bytes out of `pool`.
+    fn best_fit(&mut self, pool: usize, stream: u64, size: usize) -> Option<usize> {
+        let key = self.free[pool].range((stream, size, 0)..(stream + 1, 0, 0)).next().copied()?;
+        self.free[pool].remove(&key);
+        Some(key.2)
     }
     // ANCHOR_END: malloc
 
@@ -231,6 +258,7 @@ impl DeviceCache {
             requested: 0,
             stream,
             allocated: false,
+            parked: false,
             prev: None,
             next: None,
             stream_uses: Vec::new(),
@@ -273,6 +301,7 @@ impl DeviceCache {
             requested: 0,
             stream,
             allocated: false,
+            parked: false,
             prev: Some(addr),
             next,
             stream_uses: Vec::new(),
@@ -310,20 +339,56 @@ impl DeviceCache {
         update(&mut s.allocation, pool, -1);
         update(&mut s.allocated_bytes, pool, -size);
         update(&mut s.requested_bytes, pool, -requested);
-        if self.blocks[&addr].pending.is_empty() {
-            self.release_block(addr);
-        } else {
+        if !self.blocks[&addr].pending.is_empty() {
             self.pending.push(addr);
+        } else if pool == SMALL {
+            self.park(addr);
+        } else {
+            self.release_block(addr);
         }
     }
     // ANCHOR_END: free
 
+    // ANCHOR: park
+    /// Keeps a freed small block aside, unmerged, for the next request of its size.
+    fn park(&mut self, addr: usize) {
+        let block = self.blocks.get_mut(&addr).expect("block exists");
+        block.parked = true;
+        let (pool, size, stream) = (block.pool, block.size, block.stream);
+        update(&mut self.stats.active, pool, -1);
+        update(&mut self.stats.active_bytes, pool, -(size as i64));
+        self.parked.push((stream, size, addr));
+        if self.parked.len() > PARKED {
+            let (_, _, oldest) = self.parked.remove(0);
+            self.unpark(oldest);
+        }
+    }
+
+    fn unpark(&mut self, addr: usize) {
+        self.blocks.get_mut(&addr).expect("block exists").parked = false;
+        self.merge_into_pool(addr);
+    }
+
+    fn unpark_all(&mut self) {
+        for (_, _, addr) in std::mem::take(&mut self.parked) {
+            self.unpark(addr);
+        }
+    }
+    // ANCHOR_END: park
+
     /// Returns a block to its pool, merged with free neighbours.
-    fn release_block(&mut self, mut addr: usize) {
+    fn release_block(&mut self, addr: usize) {
         let (pool, size) = (self.blocks[&addr].pool, self.blocks[&addr].size as i64);
         update(&mut self.stats.active, pool, -1);
         update(&mut self.stats.active_bytes, pool, -size);
-        let is_free = |c: &DeviceCache, a: usize| !c.blocks[&a].allocated && c.blocks[&a].pending.is_empty();
+        self.merge_into_pool(addr);
+    }
+
+    fn merge_into_pool(&mut self, mut addr: usize) {
+        let is_free = |c: &DeviceCache, a: usize| {
+            let b = &c.blocks[&a];
+            !b.allocated && !b.parked && b.pending.is_empty()
+        };
         if let Some(prev) = self.blocks[&addr].prev.filter(|&p| is_free(self, p)) {
             self.merge(prev, addr);
             addr = prev;
@@ -349,6 +414,9 @@ impl DeviceCache {
 
     /// Blocks whose other streams have caught up go back to their pools.
     fn process_pending(&mut self) {
+        if self.pending.is_empty() {
+            return;
+        }
         let ready: Vec<usize> = self
             .pending
             .iter()
@@ -369,6 +437,7 @@ impl DeviceCache {
         // the device before its memory can go to someone else.
         let _ = rt::synchronize_device(self.device as i64);
         self.process_pending();
+        self.unpark_all();
         let whole: Vec<(usize, usize)> = self
             .segments
             .iter()
@@ -393,8 +462,9 @@ impl DeviceCache {
     }
     // ANCHOR_END: empty_cache
 
-    /// Statistics, with the inactive split blocks counted now.
-    fn stats(&self) -> DeviceStats {
+    /// Statistics, with the inactive split blocks counted now (parked ones merged first).
+    fn stats(&mut self) -> DeviceStats {
+        self.unpark_all();
         let mut s = self.stats;
         for pool in [SMALL, LARGE] {
             for &(_, size, addr) in &self.free[pool] {

@@ -166,3 +166,19 @@ fn many_threads_allocate_and_free_with_every_byte_accounted_for() {
     assert_eq!(s.allocated_bytes[0].current, before);
     assert_eq!(s.allocation[0].current, 0);
 }
+
+#[test]
+fn parked_blocks_merge_when_a_request_needs_the_room() {
+    let _g = serial();
+    empty_cache();
+    let quarters: Vec<usize> = (0..4).map(|_| device_malloc(1, 512 << 10).unwrap()).collect();
+    let before = stats(1);
+    for &q in &quarters {
+        device_free(q); // parked, unmerged
+    }
+    let half = device_malloc(1, 1 << 20).unwrap();
+    assert_eq!(half, quarters[0], "the four parked quarters merged into the segment again");
+    assert_eq!(stats(1).num_device_alloc, before.num_device_alloc, "no new segment");
+    device_free(half);
+    empty_cache();
+}
