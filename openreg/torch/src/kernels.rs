@@ -121,7 +121,7 @@ pub(crate) fn launch_pointwise(
     }
     let dtype_of = |k: usize| Dtype::from_code(dtypes[k]).unwrap_or(Dtype::Float);
     let out = (view(data[0], layout.extent(0, dtype_of(0).size()), storage(0))?, dtype_of(0));
-    let mut inputs = Vec::with_capacity(data.len() - 1);
+    let mut inputs = smallvec::SmallVec::new();
     for k in 1..data.len() {
         inputs.push(match data[k] {
             0 => Source::Constant(constants.get(k).copied().unwrap_or(0.0) as f32),

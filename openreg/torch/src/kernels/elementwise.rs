@@ -51,7 +51,7 @@ pub(crate) struct Elementwise {
     pub op: Pointwise,
     pub scalar: f32,
     pub out: (usize, Dtype),
-    pub inputs: Vec<Source>,
+    pub inputs: smallvec::SmallVec<[Source; 2]>,
     pub layout: Layout,
 }
 

@@ -6,13 +6,17 @@ pub(crate) const MAX_OPERANDS: usize = 3;
 
 pub(crate) type Offsets = [isize; MAX_OPERANDS];
 
+/// Per-dimension lists, inline up to four dimensions (TensorIterator coalesces most
+/// tensors to one or two): launching a small kernel allocates nothing.
+pub(crate) type Dims<T> = smallvec::SmallVec<[T; 4]>;
+
 // ANCHOR: layout
 /// An index space and each operand's strides in it.
 #[derive(Debug, Clone)]
 pub(crate) struct Layout {
-    pub shape: Vec<usize>,
+    pub shape: Dims<usize>,
     /// `strides[d][k]`: operand `k`'s byte stride along dimension `d`.
-    pub strides: Vec<Offsets>,
+    pub strides: Dims<Offsets>,
 }
 // ANCHOR_END: layout
 
@@ -21,7 +25,7 @@ impl Layout {
     pub(crate) fn new(shape: &[i64], strides: &[i64], operands: usize) -> Layout {
         if shape.is_empty() {
             // A 0-dim tensor: one element.
-            return Layout { shape: vec![1], strides: vec![[0; MAX_OPERANDS]] };
+            return Layout { shape: smallvec::smallvec![1], strides: smallvec::smallvec![[0; MAX_OPERANDS]] };
         }
         let ndim = shape.len();
         let shape = shape.iter().map(|&s| s.max(0) as usize).collect();
@@ -119,7 +123,7 @@ mod tests {
 
     #[test]
     fn a_space_without_dimensions_is_one_element() {
-        let layout = Layout { shape: vec![], strides: vec![] };
+        let layout = Layout { shape: Dims::new(), strides: Dims::new() };
         let mut seen = vec![];
         layout.walk(0, 1, |o, len| seen.push((o[0], len)));
         assert_eq!(seen, vec![(0, 1)]);
