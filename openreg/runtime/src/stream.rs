@@ -4,10 +4,10 @@
 //! id. Streams live as long as the process (PyTorch copies `(device, id)` pairs around freely),
 //! but an idle stream's worker thread exits and is started again by the next launch.
 
-use std::cell::RefCell;
+use std::cell::Cell;
 use std::collections::VecDeque;
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock};
+use std::sync::{Condvar, Mutex, MutexGuard, OnceLock, RwLock};
 use std::time::Duration;
 
 use crate::device::{DEVICE_COUNT, check_device};
@@ -23,9 +23,9 @@ const WORKER_IDLE: Duration = Duration::from_secs(2);
 type Task = Box<dyn FnOnce() + Send + 'static>;
 
 // ANCHOR: stream
-/// A handle to a stream; cheap to clone.
-#[derive(Clone)]
-pub struct Stream(Arc<Inner>);
+/// A handle to a stream. Streams live as long as the process, so a handle is a reference.
+#[derive(Clone, Copy)]
+pub struct Stream(&'static Inner);
 
 struct Inner {
     device: usize,
@@ -54,14 +54,27 @@ struct Queue {
 // ANCHOR_END: stream
 
 static STREAMS: [RwLock<Vec<Stream>>; DEVICE_COUNT] = [const { RwLock::new(Vec::new()) }; DEVICE_COUNT];
+/// Each device's default stream, also reachable without the registry's lock.
+static DEFAULT: [OnceLock<Stream>; DEVICE_COUNT] = [const { OnceLock::new() }; DEVICE_COUNT];
 
 thread_local! {
-    // The current stream id of each device, per thread; 0 is the default stream.
-    static CURRENT: RefCell<[u64; DEVICE_COUNT]> = const { RefCell::new([0; DEVICE_COUNT]) };
+    // The current stream of each device, per thread; None is the default stream. Every kernel
+    // launch reads it, so it holds the stream itself, not an id to look up under a lock.
+    static CURRENT: Cell<[Option<Stream>; DEVICE_COUNT]> = const { Cell::new([None; DEVICE_COUNT]) };
 }
 
 fn registry(device: usize) -> &'static RwLock<Vec<Stream>> {
     &STREAMS[device]
+}
+
+fn default_of(device: usize) -> Stream {
+    *DEFAULT[device].get_or_init(|| {
+        let mut streams = registry(device).write().unwrap_or_else(|e| e.into_inner());
+        if streams.is_empty() {
+            streams.push(Stream::new(device, 0, LOWEST_PRIORITY));
+        }
+        streams[0]
+    })
 }
 
 fn create(device: usize, priority: i32) -> Stream {
@@ -70,7 +83,7 @@ fn create(device: usize, priority: i32) -> Stream {
         streams.push(Stream::new(device, 0, LOWEST_PRIORITY));
     }
     let stream = Stream::new(device, streams.len() as u64, priority);
-    streams.push(stream.clone());
+    streams.push(stream);
     stream
 }
 
@@ -90,19 +103,10 @@ pub fn new_stream(device: i64, priority: i32) -> Result<Stream> {
 pub fn stream_by_id(device: i64, id: u64) -> Result<Stream> {
     let device = check_device(device)?;
     if id == 0 {
-        let streams = registry(device).read().unwrap_or_else(|e| e.into_inner());
-        if let Some(s) = streams.first() {
-            return Ok(s.clone());
-        }
-        drop(streams);
-        let mut streams = registry(device).write().unwrap_or_else(|e| e.into_inner());
-        if streams.is_empty() {
-            streams.push(Stream::new(device, 0, LOWEST_PRIORITY));
-        }
-        return Ok(streams[0].clone());
+        return Ok(default_of(device));
     }
     let streams = registry(device).read().unwrap_or_else(|e| e.into_inner());
-    streams.get(id as usize).cloned().ok_or_else(|| {
+    streams.get(id as usize).copied().ok_or_else(|| {
         Error::InvalidValue(format!(
             "openreg:{device} has no stream with id {id} ({} streams exist)",
             streams.len().max(1)
@@ -112,20 +116,25 @@ pub fn stream_by_id(device: i64, id: u64) -> Result<Stream> {
 
 /// The id of this thread's current stream on `device`, without looking the stream up.
 pub fn current_stream_id(device: i64) -> Result<u64> {
-    let d = check_device(device)?;
-    Ok(CURRENT.with(|c| c.borrow()[d]))
+    Ok(current_stream(device)?.id())
 }
 
 /// This thread's current stream on `device`.
 pub fn current_stream(device: i64) -> Result<Stream> {
     let d = check_device(device)?;
-    stream_by_id(device, CURRENT.with(|c| c.borrow()[d]))
+    Ok(CURRENT.with(|c| c.get()[d]).unwrap_or_else(|| default_of(d)))
 }
 
 /// Makes `stream` this thread's current stream on its device; returns the previous one.
 pub fn set_current_stream(stream: &Stream) -> Stream {
-    let previous = CURRENT.with(|c| std::mem::replace(&mut c.borrow_mut()[stream.0.device], stream.0.id));
-    stream_by_id(stream.0.device as i64, previous).unwrap_or_else(|_| stream.clone())
+    let d = stream.0.device;
+    let previous = CURRENT.with(|c| {
+        let mut all = c.get();
+        let previous = all[d].replace(*stream);
+        c.set(all);
+        previous
+    });
+    previous.unwrap_or_else(|| default_of(d))
 }
 // ANCHOR_END: streams_api
 
@@ -143,14 +152,14 @@ pub(crate) fn synchronize_all(device: usize) -> Result<()> {
 
 impl Stream {
     fn new(device: usize, id: u64, priority: i32) -> Stream {
-        Stream(Arc::new(Inner {
+        Stream(Box::leak(Box::new(Inner {
             device,
             id,
             priority,
             queue: Mutex::new(Queue::default()),
             work: Condvar::new(),
             done: Condvar::new(),
-        }))
+        })))
     }
 
     pub fn device(&self) -> usize {
@@ -167,7 +176,7 @@ impl Stream {
 
     /// A stable address identifying the stream, for PyTorch's "native handle".
     pub fn handle(&self) -> usize {
-        Arc::as_ptr(&self.0) as usize
+        std::ptr::from_ref(self.0) as usize
     }
 
     fn lock(&self) -> MutexGuard<'_, Queue> {
@@ -185,10 +194,10 @@ impl Stream {
         q.submitted += 1;
         if !q.worker_running {
             q.worker_running = true;
-            let inner = self.0.clone();
+            let inner = self.0;
             let spawned = std::thread::Builder::new()
                 .name(format!("openreg:{}/stream {}", inner.device, inner.id))
-                .spawn(move || worker(&inner));
+                .spawn(move || worker(inner));
             if let Err(e) = spawned {
                 q.worker_running = false;
                 q.tasks.pop_back();
@@ -258,7 +267,7 @@ impl Stream {
 
 impl PartialEq for Stream {
     fn eq(&self, other: &Self) -> bool {
-        Arc::ptr_eq(&self.0, &other.0)
+        std::ptr::eq(self.0, other.0)
     }
 }
 

@@ -133,6 +133,19 @@ impl Elementwise {
     }
 }
 
+// ANCHOR: dense
+/// `op` over `n` contiguous float32 elements at runtime-view addresses `[out, a, b]` (the
+/// output stands in for an input the operation does not have): the common case needs no
+/// layout to walk and no conversion.
+pub(crate) fn run_dense_f32(op: Pointwise, scalar: f32, [o, a, b]: [usize; 3], n: usize) {
+    let at = |addr: usize, start: usize| (addr as *mut f32).wrapping_add(start);
+    parallel(n, |start, count| {
+        // SAFETY: the launch checked each operand's n elements against its allocation.
+        unsafe { compute(op, scalar, at(a, start), at(b, start), at(o, start), count) }
+    });
+}
+// ANCHOR_END: dense
+
 // ANCHOR: compute
 /// The arithmetic on `n` float32 values; `x` is alpha for add, the threshold for
 /// threshold_backward and the value for fill. NaN propagates through maximum and minimum.

@@ -28,17 +28,16 @@ impl Layout {
             return Layout { shape: smallvec::smallvec![1], strides: smallvec::smallvec![[0; MAX_OPERANDS]] };
         }
         let ndim = shape.len();
-        let shape = shape.iter().map(|&s| s.max(0) as usize).collect();
-        let strides = (0..ndim)
-            .map(|d| {
-                let mut per = [0isize; MAX_OPERANDS];
-                for (k, s) in per.iter_mut().enumerate().take(operands) {
-                    *s = strides[k * ndim + d] as isize;
-                }
-                per
-            })
-            .collect();
-        Layout { shape, strides }
+        let mut layout = Layout { shape: Dims::with_capacity(ndim), strides: Dims::with_capacity(ndim) };
+        for d in 0..ndim {
+            layout.shape.push(shape[d].max(0) as usize);
+            let mut per = [0isize; MAX_OPERANDS];
+            for (k, s) in per.iter_mut().enumerate().take(operands) {
+                *s = strides[k * ndim + d] as isize;
+            }
+            layout.strides.push(per);
+        }
+        layout
     }
 
     pub(crate) fn numel(&self) -> usize {
