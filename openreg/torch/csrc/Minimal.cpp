@@ -15,6 +15,8 @@
 #include <c10/core/DeviceGuard.h>
 #include <torch/library.h>
 
+#include <optional>
+
 namespace openreg {
 namespace {
 
@@ -132,7 +134,12 @@ at::Tensor& set_source_Tensor_(at::Tensor& self, const at::Tensor& source) {
 // For structured kernels' outputs: empty_strided without a trip through the dispatcher.
 at::Tensor create_out(c10::IntArrayRef sizes, c10::IntArrayRef strides,
                       const c10::TensorOptions& options) {
-  const c10::DeviceGuard guard(options.device());
+  // The allocator serves the current device: switch only when the output lives elsewhere
+  // (a guard costs two calls into the runtime on every operator).
+  std::optional<c10::DeviceGuard> guard;
+  if (options.device().index() != current_device()) {
+    guard.emplace(options.device());
+  }
   const auto dtype = c10::typeMetaToScalarType(options.dtype());
   if (strides.empty()) {
     return at::detail::empty_generic(sizes, device_allocator(), kKeys, dtype, std::nullopt);
