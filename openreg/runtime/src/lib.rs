@@ -36,6 +36,6 @@ pub use host::{host_free, host_malloc};
 pub use memory::{device_of, free, host_view, host_view_within, malloc, memory_info, trim};
 pub use pointer::{MemoryType, PointerAttributes, pointer_attributes};
 pub use stream::{
-    Stream, current_stream, current_stream_id, default_stream, new_stream, set_current_stream,
+    Stream, current_stream, default_stream, new_stream, set_current_stream,
     stream_by_id,
 };

@@ -78,10 +78,8 @@ fn default_of(device: usize) -> Stream {
 }
 
 fn create(device: usize, priority: i32) -> Stream {
+    default_of(device); // id 0 first
     let mut streams = registry(device).write().unwrap_or_else(|e| e.into_inner());
-    if streams.is_empty() {
-        streams.push(Stream::new(device, 0, LOWEST_PRIORITY));
-    }
     let stream = Stream::new(device, streams.len() as u64, priority);
     streams.push(stream);
     stream
@@ -112,11 +110,6 @@ pub fn stream_by_id(device: i64, id: u64) -> Result<Stream> {
             streams.len().max(1)
         ))
     })
-}
-
-/// The id of this thread's current stream on `device`, without looking the stream up.
-pub fn current_stream_id(device: i64) -> Result<u64> {
-    Ok(current_stream(device)?.id())
 }
 
 /// This thread's current stream on `device`.

@@ -490,7 +490,7 @@ pub(crate) fn device_malloc(device: i64, size: usize) -> Result<usize> {
     if size == 0 {
         return Ok(0);
     }
-    let stream = rt::current_stream_id(device)?;
+    let stream = rt::current_stream(device)?.id();
     with_cache(index, |c| c.malloc(size, stream))
 }
 

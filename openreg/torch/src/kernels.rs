@@ -111,6 +111,9 @@ pub(crate) fn launch_pointwise(
     let dense = shape.len() == 1 && strides.iter().all(|&s| s == 4) && !data.contains(&0);
     if dense && dtypes.iter().all(|&d| Dtype::from_code(d) == Some(Dtype::Float)) {
         let n = shape[0].max(0) as usize;
+        if n == 0 {
+            return Ok(true);
+        }
         let out = view(data[0], n * 4, storage(0))?;
         let mut at = [out; 3]; // the output stands in for inputs the operation does not have
         for k in 1..data.len() {
