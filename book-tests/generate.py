@@ -52,7 +52,7 @@ KERNELS = ["openreg/torch/src/kernels.rs", "openreg/torch/src/kernels/dtype.rs",
            "openreg/torch/src/kernels/nll_loss.rs", "openreg/runtime/src/stream.rs",
            "openreg/torch/csrc/Pointwise.cpp", "openreg/torch/csrc/Reduce.cpp",
            "openreg/torch/csrc/Matmul.cpp", "openreg/torch/csrc/SoftMax.cpp",
-           "openreg/torch/csrc/LossNLL.cpp",
+           "openreg/torch/csrc/LossNLL.cpp", "openreg/torch/csrc/Structured.h",
            # a small operator's time is mostly its output's allocation
            "openreg/torch/src/allocator.rs", "openreg/torch/csrc/Minimal.cpp"]
 

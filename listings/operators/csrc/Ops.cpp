@@ -49,12 +49,16 @@ at::Tensor as_strided(const at::Tensor& self, c10::SymIntArrayRef size,
                                            C10_AS_INTARRAYREF_SLOW(stride), storage_offset);
 }
 
-// A CPU tensor over the same memory.
+// A CPU tensor over the same memory; a negative or conjugate view keeps its bit.
 at::Tensor as_cpu(const at::Tensor& t) {
   if (t.is_cpu()) {
     return t;
   }
-  return at::from_blob(t.data_ptr(), t.sizes(), t.strides(), t.options().device(at::kCPU));
+  at::Tensor cpu =
+      at::from_blob(t.data_ptr(), t.sizes(), t.strides(), t.options().device(at::kCPU));
+  cpu._set_conj(t.is_conj());
+  cpu._set_neg(t.is_neg());
+  return cpu;
 }
 
 // ANCHOR: copy
@@ -119,6 +123,17 @@ void register_ops() {
     ops.impl("set_.source_Storage", TORCH_FN(set_source_storage));
     ops.impl("set_.source_Storage_storage_offset", TORCH_FN(set_storage));
     ops.impl("view", TORCH_FN(view));
+    // Resolving a negative or conjugate view clones it, and the clone copies through
+    // _copy_from: without these, that fallback would meet itself again, forever.
+    // _copy_from handles both bits (as_cpu keeps them).
+    static torch::Library negative(torch::Library::IMPL, "aten", c10::DispatchKey::Negative,
+                                   __FILE__, __LINE__);
+    static torch::Library conjugate(torch::Library::IMPL, "aten", c10::DispatchKey::Conjugate,
+                                    __FILE__, __LINE__);
+    for (auto* bits : {&negative, &conjugate}) {
+      bits->impl("_copy_from", torch::CppFunction::makeFallthrough());
+      bits->impl("_copy_from_and_resize", torch::CppFunction::makeFallthrough());
+    }
     return true;
   }();
   (void)registered;

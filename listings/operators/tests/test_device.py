@@ -23,6 +23,14 @@ def test_tensors_round_trip_and_compute_through_the_fallback():
     assert "openreg:1" in str(cpu.to("openreg:1"))
 
 
+def test_negative_and_conjugate_views():
+    x = torch.randn(4)
+    neg = torch._neg_view(x.to("openreg"))
+    assert torch.equal(neg.cpu(), -x) and torch.equal((neg + 1).cpu(), 1 - x)
+    z = torch.randn(3, dtype=torch.cfloat)
+    assert torch.equal(z.to("openreg").conj().cpu(), z.conj().resolve_conj())
+
+
 def test_bad_device_index():
     with pytest.raises(RuntimeError, match=r"invalid device index 5 for openreg"):
         torch.empty(1, device="openreg:5")

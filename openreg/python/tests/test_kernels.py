@@ -68,6 +68,32 @@ def test_binary_non_contiguous_transposed_and_in_place(device):
     torch.testing.assert_close(x.cpu(), expected)
 
 
+def test_same_shape_short_way_gives_what_tensor_iterator_gives():
+    # Contiguous float32 tensors of one shape skip TensorIterator (Structured.h, same_shape);
+    # the result must not tell: values, shape, strides, and the general path's errors.
+    a, b = torch.randn(3, 1, 4), torch.randn(3, 1, 4)
+    odd = torch.randn(12).as_strided((3, 1, 4), (4, 99, 1))  # contiguous; any stride on size 1
+    for x, y in [(a, b), (odd, b), (a[0, 0, 0], b[0, 0, 0]), (a[:0], b[:0])]:
+        for fn in [torch.add, torch.sub, torch.mul, torch.div, lambda p, q: torch.add(p, q, alpha=3),
+                   lambda p, q: torch.sub(p, q, alpha=0.5), lambda p, _: -p, lambda p, _: p.exp(),
+                   lambda p, _: p.sigmoid(), lambda p, _: p.tanh(), lambda p, _: p.relu()]:
+            got = check(fn, x, y, device="openreg:1")
+            assert got.stride() == fn(x, y).stride() and got.is_contiguous()
+    x = torch.randn(5)
+    for fn in [lambda p: p.add_(p), lambda p: p.mul_(p), lambda p: p.sub_(p.clone(), alpha=2),
+               lambda p: p.neg_(), lambda p: p.relu_(), lambda p: p.div_(torch.full_like(p, 4.0))]:
+        check(lambda p, fn=fn: fn(p.clone()), x, device="openreg:0")
+    assert torch._neg_view(x.openreg()).add(x.openreg()).cpu().eq(0).all()
+    # What the short way leaves to the general path raises there, as on the CPU.
+    same_error(lambda p: p[:4].add_(p[1:]), torch.arange(5.0))  # partial overlap
+    same_error(lambda p, q: torch.add(p, q, alpha=True), a, b)
+    same_error(lambda p, q: torch.add(p, q, alpha=1j), a, b)
+    with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device"):
+        torch.ones(3, device="openreg:0") + torch.ones(3, device="openreg:1")
+    loss = (a.openreg().requires_grad_() * b.openreg()).sum()
+    loss.backward()
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_type_promotion(dtype):
     a, b = torch.randn(4, 3), torch.randn(3).to(dtype)

@@ -66,6 +66,26 @@ def test_copies_convert_dtype_strides_and_broadcast():
     assert torch.equal(z.conj().to("openreg").cpu(), z.conj().resolve_conj())
 
 
+def test_negative_and_conjugate_views_of_device_tensors():
+    # Resolving the bit clones the view through _copy_from; that recursed until the stack
+    # overflowed before _copy_from went through the Negative and Conjugate fallbacks.
+    x = torch.randn(5)
+    neg = torch._neg_view(x.openreg())
+    assert neg.is_neg() and torch.equal(neg.cpu(), -x)
+    assert torch.equal((neg + x.openreg()).cpu(), torch.zeros(5))
+    assert torch.equal(neg.clone().cpu(), -x) and not neg.clone().is_neg()
+    out = torch.empty(5, device="openreg:1")
+    out.copy_(neg)
+    assert torch.equal(out.cpu(), -x)
+    torch._neg_view(out).copy_(x.openreg(1))
+    assert torch.equal(out.cpu(), -x)
+    z = torch.randn(3, dtype=torch.cfloat)
+    conj = z.openreg().conj()
+    assert conj.is_conj() and torch.equal(conj.cpu(), z.conj().resolve_conj())
+    assert torch.equal((conj * z.openreg()).cpu(), z.conj() * z)
+    assert torch.equal(conj.resolve_conj().cpu(), z.conj().resolve_conj())
+
+
 def test_empty_tensors():
     e = torch.empty(0, 3, device="openreg")
     assert e.cpu().shape == (0, 3)

@@ -228,6 +228,24 @@ at::Scalar _local_scalar_dense(const at::Tensor& self) {
 }
 // ANCHOR_END: local_scalar_dense
 
+// ANCHOR: math_bits
+// Negative and conjugate views (`torch._neg_view(x)`, `z.conj()`) carry a bit instead of new
+// values. PyTorch's fallbacks for those bits resolve a view by cloning it, and cloning an
+// openreg tensor copies through _copy_from, which would meet the same fallback again, forever
+// (a stack overflow). _copy_from resolves both bits itself (host_alias keeps them for ATen's
+// CPU copy), so it is let through the fallbacks, as copy_ is for CPU and CUDA.
+void register_math_bit_copies() {
+  static torch::Library negative(torch::Library::IMPL, "aten", c10::DispatchKey::Negative,
+                                 __FILE__, __LINE__);
+  static torch::Library conjugate(torch::Library::IMPL, "aten", c10::DispatchKey::Conjugate,
+                                  __FILE__, __LINE__);
+  for (auto* library : {&negative, &conjugate}) {
+    library->impl("_copy_from", torch::CppFunction::makeFallthrough());
+    library->impl("_copy_from_and_resize", torch::CppFunction::makeFallthrough());
+  }
+}
+// ANCHOR_END: math_bits
+
 } // namespace
 
 // ANCHOR: register
@@ -247,6 +265,7 @@ void register_minimal_ops() {
     library.impl("set_.source_Storage", TORCH_FN(set_source_Storage_));
     library.impl("set_.source_Storage_storage_offset", TORCH_FN(set_source_Storage_storage_offset_));
     library.impl("view", TORCH_FN(view));
+    register_math_bit_copies();
     return true;
   }();
   (void)registered;

@@ -173,10 +173,11 @@ OPENREG_UNARY(exp, Exp)
 OPENREG_UNARY(sigmoid, Sigmoid)
 OPENREG_UNARY(tanh, Tanh)
 
-// relu's backward.
+// relu's backward. Its iterator lists self before grad, the reverse of the arguments, so it
+// skips the same-shape short way (which takes tensors in argument order).
 at::Tensor threshold_backward(const at::Tensor& grad, const at::Tensor& self,
                               const at::Scalar& threshold) {
-  return pointwise<at::meta::structured_threshold_backward, Variant::Functional>(
+  return pointwise<at::meta::structured_threshold_backward, Variant::Functional, false>(
       "threshold_backward", Pointwise::ThresholdBackward, to_double(threshold), {},
       [&](at::Tensor out) {
         at::threshold_backward_out(out, host_alias(grad), host_alias(self), threshold);
@@ -186,7 +187,7 @@ at::Tensor threshold_backward(const at::Tensor& grad, const at::Tensor& self,
 
 at::Tensor& threshold_backward_out(const at::Tensor& grad, const at::Tensor& self,
                                    const at::Scalar& threshold, at::Tensor& out) {
-  pointwise<at::meta::structured_threshold_backward, Variant::Out>(
+  pointwise<at::meta::structured_threshold_backward, Variant::Out, false>(
       "threshold_backward.grad_input", Pointwise::ThresholdBackward, to_double(threshold), out,
       [&](at::Tensor o) {
         at::threshold_backward_out(o, host_alias(grad), host_alias(self), threshold);
@@ -212,10 +213,17 @@ at::Tensor& relu_into(const at::Tensor& self, at::Tensor& out) {
 
 at::Tensor relu(const at::Tensor& self) {
   at::Tensor out;
+  if (same_shape<Variant::Functional>(Pointwise::Relu, 0.0, {}, out, self)) {
+    return out;
+  }
   return relu_into(self, out);
 }
 
 at::Tensor& relu_(at::Tensor& self) {
+  at::Tensor out;
+  if (same_shape<Variant::InPlace>(Pointwise::Relu, 0.0, self, out, self)) {
+    return self;
+  }
   return relu_into(self, self);
 }
 

@@ -126,12 +126,74 @@ inline void check_devices(
 void note_host_path(const char* op, c10::ScalarType dtype);
 bool warn_fallback();
 
+// ANCHOR: same_shape
+// The common case, recognised without TensorIterator: float32 tensors of one shape, contiguous,
+// on one device, with real scalars. TensorIterator would give them a contiguous float32 output
+// of that shape and one run of memory each, but finding that out costs it more than adding two
+// 3x3 tensors. Anything else (broadcasting, other dtypes or layouts, an in-place input
+// that partly overlaps self, out=) takes the general path, errors included. The tensors are
+// taken in argument order, which must be the kernel's order. True when launched.
+template <Variant kind, class... Args>
+bool same_shape(Pointwise op, double scalar, const at::Tensor& given, at::Tensor& result,
+                const Args&... args) {
+  std::array<const at::Tensor*, 2> in{};
+  size_t n = 0;
+  bool simple = kind != Variant::Out;
+  auto check = [&](const auto& arg) {
+    using T = std::decay_t<decltype(arg)>;
+    if constexpr (std::is_same_v<T, at::Tensor>) {
+      simple = simple && n < in.size() && arg.defined() && arg.is_privateuseone() &&
+               arg.scalar_type() == at::kFloat && arg.is_contiguous() && !arg.is_neg() &&
+               (n == 0 || (arg.device() == in[0]->device() && arg.sizes() == in[0]->sizes()));
+      if (simple) {
+        in[n++] = &arg;
+      }
+    } else if constexpr (std::is_same_v<T, c10::Scalar>) {
+      // A bool or complex alpha is an error the meta function reports.
+      simple = simple && (arg.isFloatingPoint() || arg.isIntegral(/*includeBool=*/false));
+    } else {
+      simple = false;
+    }
+  };
+  (check(args), ...);
+  if (!simple || n == 0) {
+    return false;
+  }
+  const at::Tensor& self = *in[0];
+  if constexpr (kind == Variant::InPlace) {
+    // x.add_(x) is fine; an input that overlaps self only partly is TensorIterator's error.
+    if (!given.is_same(self) ||
+        (n > 1 && in[1]->is_alias_of(self) && in[1]->const_data_ptr() != self.const_data_ptr())) {
+      return false;
+    }
+    result = given;
+  } else {
+    result = create_out(self.sizes(), {}, self.options());
+  }
+  const bool launched = call([&] {
+    return launch_same_shape(op, scalar, dense(result), dense(self), dense(n > 1 ? *in[1] : self),
+                             self.device().index());
+  });
+  if (!launched) {
+    result = at::Tensor();
+  }
+  return launched;
+}
+// ANCHOR_END: same_shape
+
 // ANCHOR: pointwise
-// One structured elementwise operator call: meta, then the Rust kernel, or else the host path
-// (`host` runs the CPU kernel given a CPU alias of the output).
-template <class Meta, Variant kind, class Host, class... Args>
+// One structured elementwise operator call: the short way above if it applies; else meta,
+// then the Rust kernel, or else the host path (`host` runs the CPU kernel given a CPU alias of
+// the output). `Ordered`: the meta function's tensor arguments come in its iterator's order.
+template <class Meta, Variant kind, bool Ordered = true, class Host, class... Args>
 at::Tensor pointwise(const char* name, Pointwise op, double scalar, const at::Tensor& given,
                      Host&& host, const Args&... args) {
+  if constexpr (Ordered) {
+    at::Tensor result;
+    if (same_shape<kind>(op, scalar, given, result, args...)) {
+      return result;
+    }
+  }
   Structured<Meta, kind> s(given);
   s.meta(args...);
   if (!run_pointwise(s, op, scalar)) {

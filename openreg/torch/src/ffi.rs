@@ -12,7 +12,7 @@ use crate::device::{
 use crate::error::last_error_kind;
 use crate::fallback::record_fallback;
 use crate::kernels::{
-    launch_abs_f32, launch_matmul, launch_pointwise, launch_reduction, launch_softmax, nll_loss_backward,
+    launch_abs_f32, launch_matmul, launch_pointwise, launch_reduction, launch_same_shape, launch_softmax, nll_loss_backward,
     nll_loss_forward,
 };
 use crate::host_allocator::{
@@ -199,6 +199,7 @@ pub(crate) mod ffi {
             strides: &[i64],
             device: i64,
         ) -> Result<bool>;
+        fn launch_same_shape(op: Pointwise, scalar: f64, out: Dense, a: Dense, b: Dense, device: i64) -> Result<bool>;
         fn launch_reduction(
             op: Reduction,
             count: f64,

@@ -111,15 +111,11 @@ pub(crate) fn launch_pointwise(
     let dense = shape.len() == 1 && strides.iter().all(|&s| s == 4) && !data.contains(&0);
     if dense && dtypes.iter().all(|&d| Dtype::from_code(d) == Some(Dtype::Float)) {
         let n = shape[0].max(0) as usize;
-        if n == 0 {
-            return Ok(true);
-        }
-        let out = view(data[0], n * 4, storage(0))?;
-        let mut at = [out; 3]; // the output stands in for inputs the operation does not have
+        let mut at = [view(data[0], n * 4, storage(0))?; 3]; // the output stands in for absent inputs
         for k in 1..data.len() {
             at[k] = view(data[k], n * 4, storage(k))?;
         }
-        launch(device, n, move || elementwise::run_dense_f32(op, scalar as f32, at, n))?;
+        launch_dense_f32(op, scalar, at, n, device)?;
         return Ok(true);
     }
     let layout = Layout::new(shape, strides, data.len());
@@ -148,6 +144,33 @@ pub(crate) fn launch_pointwise(
     Ok(true)
 }
 // ANCHOR_END: launch_pointwise
+
+// ANCHOR: launch_same_shape
+/// Launches `op` over contiguous float32 operands of one shape, output first (`b` is not read
+/// by unary operations): the short way that `same_shape` in Structured.h takes without a
+/// TensorIterator. False, having done nothing, if an operand is not float32 or not that size.
+pub(crate) fn launch_same_shape(op: Pointwise, scalar: f64, out: Dense, a: Dense, b: Dense, device: i64) -> Result<bool> {
+    let Some(inputs) = elementwise::arity(op).filter(|&k| k > 0) else { return Ok(false) };
+    let operands = &[out, a, b][..=inputs];
+    if operands.iter().any(|t| Dtype::from_code(t.dtype) != Some(Dtype::Float) || t.numel != out.numel) {
+        return Ok(false);
+    }
+    let mut at = [dense(&out, Dtype::Float)?; 3]; // the output stands in for absent inputs
+    for k in 1..operands.len() {
+        at[k] = dense(&operands[k], Dtype::Float)?;
+    }
+    launch_dense_f32(op, scalar, at, out.numel, device)?;
+    Ok(true)
+}
+
+/// Queues `op` over `n` float32 elements at runtime addresses `at`, output first.
+fn launch_dense_f32(op: Pointwise, scalar: f64, at: [usize; 3], n: usize, device: i64) -> Result<()> {
+    if n == 0 {
+        return Ok(()); // empty tensors may have no memory at all
+    }
+    launch(device, n, move || elementwise::run_dense_f32(op, scalar as f32, at, n))
+}
+// ANCHOR_END: launch_same_shape
 
 /// Same-dtype copy of elements of `size` bytes, run by run.
 fn copy_raw(layout: &Layout, dst: usize, src: usize, size: usize) {
