@@ -8,7 +8,7 @@ use std::cell::Cell;
 use std::collections::VecDeque;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::{Condvar, Mutex, MutexGuard, OnceLock, RwLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::device::{DEVICE_COUNT, check_device};
 use crate::error::{Error, Result};
@@ -19,6 +19,12 @@ pub const LOWEST_PRIORITY: i32 = 0;
 
 /// How long an idle worker waits for work before its thread exits.
 const WORKER_IDLE: Duration = Duration::from_secs(2);
+
+/// How long a thread that waits for the other side (a worker for work, `synchronize` for the
+/// worker) checks again and again, yielding its core, before it sleeps. Waking a sleeping
+/// thread on another core cost ~20 µs on the build machine (a virtual machine), more than
+/// most kernels take, and a training step waits for its stream several times.
+const POLL: Duration = Duration::from_micros(200);
 
 type Task = Box<dyn FnOnce() + Send + 'static>;
 
@@ -237,6 +243,12 @@ impl Stream {
         crate::fork::check_not_forked()?;
         let mut q = self.lock();
         let target = q.submitted;
+        let start = Instant::now();
+        while q.completed < target && start.elapsed() < POLL {
+            drop(q);
+            std::thread::yield_now();
+            q = self.lock();
+        }
         q.synchronizers += 1;
         while q.completed < target {
             q = self.0.done.wait(q).unwrap_or_else(|e| e.into_inner());
@@ -275,6 +287,16 @@ fn worker(inner: &Inner) {
     let mut q = inner.queue.lock().unwrap_or_else(|e| e.into_inner());
     loop {
         let Some(task) = q.tasks.pop_front() else {
+            // Back-to-back kernels are the common case: look again for a while before sleeping.
+            let start = Instant::now();
+            while q.tasks.is_empty() && start.elapsed() < POLL {
+                drop(q);
+                std::thread::yield_now();
+                q = inner.queue.lock().unwrap_or_else(|e| e.into_inner());
+            }
+            if !q.tasks.is_empty() {
+                continue;
+            }
             q.worker_waiting = true;
             let (guard, timeout) =
                 inner.work.wait_timeout(q, WORKER_IDLE).unwrap_or_else(|e| e.into_inner());
