@@ -136,9 +136,10 @@ bool warn_fallback();
 template <Variant kind, class... Args>
 bool same_shape(Pointwise op, double scalar, const at::Tensor& given, at::Tensor& result,
                 const Args&... args) {
+  static_assert(kind != Variant::Out, "out= tensors take the general path");
   std::array<const at::Tensor*, 2> in{};
   size_t n = 0;
-  bool simple = kind != Variant::Out;
+  bool simple = true;
   auto check = [&](const auto& arg) {
     using T = std::decay_t<decltype(arg)>;
     if constexpr (std::is_same_v<T, at::Tensor>) {
@@ -188,7 +189,7 @@ bool same_shape(Pointwise op, double scalar, const at::Tensor& given, at::Tensor
 template <class Meta, Variant kind, bool Ordered = true, class Host, class... Args>
 at::Tensor pointwise(const char* name, Pointwise op, double scalar, const at::Tensor& given,
                      Host&& host, const Args&... args) {
-  if constexpr (Ordered) {
+  if constexpr (Ordered && kind != Variant::Out) {
     at::Tensor result;
     if (same_shape<kind>(op, scalar, given, result, args...)) {
       return result;
