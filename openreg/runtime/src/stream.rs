@@ -243,12 +243,7 @@ impl Stream {
         crate::fork::check_not_forked()?;
         let mut q = self.lock();
         let target = q.submitted;
-        let start = Instant::now();
-        while q.completed < target && start.elapsed() < POLL {
-            drop(q);
-            std::thread::yield_now();
-            q = self.lock();
-        }
+        q = poll(self.0, q, |q| q.completed >= target);
         q.synchronizers += 1;
         while q.completed < target {
             q = self.0.done.wait(q).unwrap_or_else(|e| e.into_inner());
@@ -283,17 +278,24 @@ impl std::fmt::Debug for Stream {
 }
 
 // ANCHOR: worker
+/// Releases the queue and looks again, yielding the core in between, until `ready` or for
+/// [`POLL`] at most; returns the queue locked.
+fn poll<'a>(inner: &'a Inner, mut q: MutexGuard<'a, Queue>, ready: impl Fn(&Queue) -> bool) -> MutexGuard<'a, Queue> {
+    let start = Instant::now();
+    while !ready(&q) && start.elapsed() < POLL {
+        drop(q);
+        std::thread::yield_now();
+        q = inner.queue.lock().unwrap_or_else(|e| e.into_inner());
+    }
+    q
+}
+
 fn worker(inner: &Inner) {
     let mut q = inner.queue.lock().unwrap_or_else(|e| e.into_inner());
     loop {
         let Some(task) = q.tasks.pop_front() else {
             // Back-to-back kernels are the common case: look again for a while before sleeping.
-            let start = Instant::now();
-            while q.tasks.is_empty() && start.elapsed() < POLL {
-                drop(q);
-                std::thread::yield_now();
-                q = inner.queue.lock().unwrap_or_else(|e| e.into_inner());
-            }
+            q = poll(inner, q, |q| !q.tasks.is_empty());
             if !q.tasks.is_empty() {
                 continue;
             }
