@@ -30,7 +30,7 @@ def main():
     build(env)  # make sure the normal target dir is up to date
 
     # One C++ file edited (a new comment, so ccache cannot reuse the old object).
-    source = ROOT / "openreg/torch/csrc/Guard.cpp"
+    source = ROOT / "openreg/torch/csrc/runtime/Guard.cpp"
     original = source.read_text()
     try:
         source.write_text(original + f"\n// edited {time.time()}\n")

@@ -45,16 +45,16 @@ def operators() -> str:
     return "\n".join(out.splitlines()[1:]) + "\n"
 
 
-KERNELS = ["openreg/torch/src/kernels.rs", "openreg/torch/src/kernels/dtype.rs",
-           "openreg/torch/src/kernels/elementwise.rs", "openreg/torch/src/kernels/matmul.rs",
-           "openreg/torch/src/kernels/pool.rs", "openreg/torch/src/kernels/reduce.rs",
-           "openreg/torch/src/kernels/walk.rs", "openreg/torch/src/kernels/softmax.rs",
-           "openreg/torch/src/kernels/nll_loss.rs", "openreg/runtime/src/stream.rs",
-           "openreg/torch/csrc/Pointwise.cpp", "openreg/torch/csrc/Reduce.cpp",
-           "openreg/torch/csrc/Matmul.cpp", "openreg/torch/csrc/SoftMax.cpp",
-           "openreg/torch/csrc/LossNLL.cpp", "openreg/torch/csrc/Structured.h",
-           # a small operator's time is mostly its output's allocation
-           "openreg/torch/src/allocator.rs", "openreg/torch/csrc/Minimal.cpp"]
+def files(*patterns) -> list:
+    """The repository's files matching the glob patterns, sorted (a new file counts too)."""
+    return sorted(str(p.relative_to(ROOT)) for pat in patterns for p in ROOT.glob(pat) if p.is_file())
+
+
+# The operator benchmark measures every kernel, the stream worker, and the allocator (a small
+# operator's time is mostly its output's allocation).
+KERNELS = files("openreg/torch/src/operators/kernels*.rs", "openreg/torch/src/operators/kernels/*.rs",
+                "openreg/torch/csrc/operators/*", "openreg/runtime/src/stream.rs",
+                "openreg/torch/src/runtime/allocator.rs")
 
 # ANCHOR: outputs
 # name -> (producer, the files whose change makes the shown output stale)
@@ -62,8 +62,8 @@ OUTPUTS = {
     "runpath": (runpath, ["openreg/python/build.rs", "openreg/torch/build.rs",
                           "openreg/torch-build/src/lib.rs", "book-tests/generate.py"]),
     "bench": (bench, ["bench/bench.py", "openreg/runtime/src/copy.rs", "openreg/runtime/src/memory.rs",
-                      "openreg/torch/src/allocator.rs", "openreg/torch/src/host_allocator.rs",
-                      "openreg/torch/src/copy.rs", "book-tests/generate.py"]),
+                      "openreg/torch/src/runtime/allocator.rs", "openreg/torch/src/runtime/host_allocator.rs",
+                      "openreg/torch/src/runtime/copy.rs", "book-tests/generate.py"]),
     "operators": (operators, ["bench/operators.py", *KERNELS, "book-tests/generate.py"]),
     "build-times": (build_times, ["bench/build_times.py", "openreg/torch/build.rs",
                                   "openreg/torch-build/src/lib.rs", "Cargo.toml",

@@ -5,34 +5,38 @@ fn main() {
     let torch = torch_build::Torch::probe();
 
     // One translation unit per PyTorch interface: an edit recompiles only that file, and the
-    // heavy headers (torch/library.h, ATen ops) are parsed only where they are needed.
+    // heavy headers (torch/library.h, ATen ops) are parsed only where they are needed. The
+    // folders follow the book's parts.
     let sources = [
         "csrc/Errors.cpp",
-        "csrc/DeviceAllocator.cpp",
-        "csrc/HostAllocator.cpp",
-        "csrc/Guard.cpp",
-        "csrc/Generator.cpp",
-        "csrc/Hooks.cpp",
-        "csrc/Minimal.cpp",
-        "csrc/StreamOps.cpp",
-        "csrc/RandomOps.cpp",
-        "csrc/CustomOps.cpp",
-        "csrc/AutogradOps.cpp",
-        "csrc/Stubs.cpp",
-        "csrc/Pointwise.cpp",
-        "csrc/Reduce.cpp",
-        "csrc/Matmul.cpp",
-        "csrc/SoftMax.cpp",
-        "csrc/LossNLL.cpp",
-        "csrc/Autocast.cpp",
-        "csrc/Attention.cpp",
-        "csrc/Quantize.cpp",
-        "csrc/Codegen.cpp",
-        "csrc/Fallback.cpp",
-        "csrc/Serialization.cpp",
         "csrc/Register.cpp",
+        // Runtime: the C++ interfaces PyTorch's registries take.
+        "csrc/runtime/DeviceAllocator.cpp",
+        "csrc/runtime/HostAllocator.cpp",
+        "csrc/runtime/Guard.cpp",
+        "csrc/runtime/Generator.cpp",
+        "csrc/runtime/Hooks.cpp",
+        "csrc/runtime/StreamOps.cpp",
+        "csrc/runtime/RandomOps.cpp",
+        "csrc/runtime/Serialization.cpp",
+        // Operators: registrations, the fallback, and the kernels' C++ side.
+        "csrc/operators/Minimal.cpp",
+        "csrc/operators/CustomOps.cpp",
+        "csrc/operators/AutogradOps.cpp",
+        "csrc/operators/Stubs.cpp",
+        "csrc/operators/Pointwise.cpp",
+        "csrc/operators/Reduce.cpp",
+        "csrc/operators/Matmul.cpp",
+        "csrc/operators/SoftMax.cpp",
+        "csrc/operators/LossNLL.cpp",
+        "csrc/operators/Attention.cpp",
+        "csrc/operators/Quantize.cpp",
+        "csrc/operators/Codegen.cpp",
+        "csrc/operators/Fallback.cpp",
+        // High-level modules.
+        "csrc/high_level/Autocast.cpp",
     ];
-    // torchgen writes the registrations listed in native_functions.yaml (csrc/Codegen.cpp
+    // torchgen writes the registrations listed in native_functions.yaml (csrc/operators/Codegen.cpp
     // includes them).
     let generated = std::path::PathBuf::from(std::env::var("OUT_DIR").unwrap()).join("torchgen");
     torch.gen_backend_stubs(std::path::Path::new("native_functions.yaml"), &generated);
@@ -42,9 +46,7 @@ fn main() {
     build.files(sources).include("csrc").include(&generated).compile("openreg_torch_glue");
     torch.link();
 
-    for file in sources.iter().chain(&["csrc/OpenReg.h", "csrc/Generator.h", "csrc/Register.h", "csrc/Structured.h"]) {
-        println!("cargo:rerun-if-changed={file}");
-    }
+    println!("cargo:rerun-if-changed=csrc");
     // Handed to the Python crate's build script (DEP_OPENREG_TORCH_*), and to the Rust code.
     println!("cargo:lib_dir={}", torch.lib_dir.display());
     println!("cargo:rustc-env=OPENREG_TORCH_VERSION={}", torch.release());

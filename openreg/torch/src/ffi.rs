@@ -1,25 +1,25 @@
 //! The cxx bridge between the C++ glue and Rust, and nothing else: editing this file re-runs
 //! the build script, which recompiles every C++ file.
 
-use crate::allocator::{
+use crate::runtime::allocator::{
     device_free, device_malloc, device_memory_info, device_stats, empty_cache, record_stream,
     reset_accumulated_stats, reset_peak_stats,
 };
-use crate::copy::{copy_bytes, host_view};
-use crate::device::{
+use crate::runtime::copy::{copy_bytes, host_view};
+use crate::runtime::device::{
     check_device, current_device, device_count, exchange_device, set_device, synchronize_device,
 };
 use crate::error::last_error_kind;
-use crate::fallback::record_fallback;
-use crate::kernels::{
+use crate::operators::fallback::record_fallback;
+use crate::operators::kernels::{
     launch_abs_f32, launch_matmul, launch_pointwise, launch_reduction, launch_same_shape, launch_softmax, nll_loss_backward,
     nll_loss_forward,
 };
-use crate::host_allocator::{
+use crate::runtime::host_allocator::{
     empty_host_cache, host_free, host_malloc, host_stats, is_pinned, pointer_device,
     record_host_event, reset_host_stats,
 };
-use crate::stream::{
+use crate::runtime::stream::{
     Event, current_stream, event_block, event_create, event_device, event_elapsed_time,
     event_query, event_record, event_synchronize, exchange_stream, new_stream, query_stream,
     stream_from_pool, stream_handle, stream_priority, synchronize_stream,
@@ -233,7 +233,7 @@ pub(crate) mod ffi {
             inner: i64,
             device: i64,
         ) -> Result<bool>;
-        /// The NLL loss waits for the stream and runs on the calling thread (see kernels.rs).
+        /// The NLL loss waits for the stream and runs on the calling thread (see operators/kernels.rs).
         fn nll_loss_forward(
             args: NllLoss,
             output: Dense,

@@ -2,20 +2,17 @@
 //!
 //! PyTorch's device interfaces are C++ classes, which Rust cannot subclass, so each one is a
 //! short C++ class in `csrc/` whose methods forward to the Rust functions in this crate through
-//! the cxx bridge in [`ffi`](crate::ffi). The Python module (`openreg/python`) calls
+//! the cxx bridge in [`ffi`](crate::ffi). Both sides are split the same way, by the book's parts:
+//! `runtime/` (allocators, device, streams), `operators/` (fallback, kernels), and
+//! `high_level/` (C++ only so far: autocast). The Python module (`openreg/python`) calls
 //! [`register`] once at import.
 
-mod allocator;
-mod copy;
-mod device;
 pub mod error;
-mod fallback;
 mod ffi;
-mod host_allocator;
-mod kernels;
-mod stream;
+mod operators;
+mod runtime;
 
-pub use fallback::{fallback_counts, reset_fallback_counts};
+pub use operators::fallback::{fallback_counts, reset_fallback_counts};
 
 /// The torch release the C++ glue was compiled against; the Python package checks it at import.
 pub const TORCH_VERSION: &str = env!("OPENREG_TORCH_VERSION");

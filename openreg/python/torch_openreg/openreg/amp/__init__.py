@@ -1,5 +1,5 @@
 """Automatic mixed precision for openreg: ``torch.autocast("openreg")`` and
-``torch.amp.GradScaler("openreg")``. The casting policies live in C++ (csrc/Autocast.cpp,
+``torch.amp.GradScaler("openreg")``. The casting policies live in C++ (csrc/high_level/Autocast.cpp,
 the AutocastPrivateUse1 dispatch key); PyTorch asks this module which dtypes autocast may use.
 """
 

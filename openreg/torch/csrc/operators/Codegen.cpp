@@ -5,7 +5,7 @@
 // unstructured, so `maximum` and `maximum.out` are two kernels to write. Each is one line over
 // the structured meta function, as PyTorch's own generated code would be.
 
-#include "Structured.h"
+#include "operators/Structured.h"
 
 #include <ATen/ops/maximum.h>
 #include <ATen/ops/maximum_meta.h>

@@ -1,8 +1,8 @@
 // The negative log-likelihood loss (the second half of cross_entropy), with the Rust kernel in
-// src/kernels/nll_loss.rs. The structured metas check shapes and give the outputs; the kernel
+// src/operators/kernels/nll_loss.rs. The structured metas check shapes and give the outputs; the kernel
 // checks the class indices, which needs their values (see `nll_targets` there).
 
-#include "Structured.h"
+#include "operators/Structured.h"
 
 #include <ATen/core/Reduction.h>
 #include <ATen/ops/nll_loss_backward.h>

@@ -10,8 +10,8 @@
 #include <sstream>
 #include <unordered_set>
 
-#include "Generator.h"
-#include "Structured.h"
+#include "runtime/Generator.h"
+#include "operators/Structured.h"
 
 namespace openreg {
 namespace {

@@ -1,8 +1,8 @@
 // Softmax and log-softmax, forward and backward, with the Rust kernel in
-// src/kernels/softmax.rs. The structured metas give the result (contiguous, and float32 for
+// src/operators/kernels/softmax.rs. The structured metas give the result (contiguous, and float32 for
 // `half_to_float`); the kernel sees every operand as a contiguous [outer, size, inner] block.
 
-#include "Structured.h"
+#include "operators/Structured.h"
 
 #include <ATen/ops/_log_softmax.h>
 #include <ATen/ops/_log_softmax_backward_data.h>

@@ -1,8 +1,8 @@
-// Reductions with Rust kernels (src/kernels/reduce.rs): the structured meta functions give the
+// Reductions with Rust kernels (src/operators/kernels/reduce.rs): the structured meta functions give the
 // result's shape and dtype (and CPU's errors); a reduction TensorIterator lines the output up
 // with the input, stride 0 along the reduced dimensions.
 
-#include "Structured.h"
+#include "operators/Structured.h"
 
 #include <ATen/WrapDimUtilsMulti.h>
 #include <ATen/ops/amax.h>

@@ -4,7 +4,7 @@
 #include <ATen/core/CachingHostAllocator.h>
 #include <ATen/detail/PrivateUse1HooksInterface.h>
 
-#include "Generator.h"
+#include "runtime/Generator.h"
 #include "Register.h"
 
 namespace openreg {

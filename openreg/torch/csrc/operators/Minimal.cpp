@@ -1,7 +1,7 @@
 // The minimal set of operators every PrivateUse1 backend registers: tensor creation, views,
 // resizing, copies and reading one scalar. Everything else can go through the fallback.
 
-#include "Structured.h"
+#include "operators/Structured.h"
 
 #include <ATen/EmptyTensor.h>
 #include <ATen/native/Resize.h>

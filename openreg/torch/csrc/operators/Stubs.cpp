@@ -3,7 +3,7 @@
 // registering our function for the stub's PrivateUse1 slot, and the operator's `out` kernel as
 // that generic function, gives the operator an openreg kernel without writing it again.
 
-#include "Structured.h"
+#include "operators/Structured.h"
 
 #include <ATen/TensorIterator.h>
 #include <ATen/native/UnaryOps.h>

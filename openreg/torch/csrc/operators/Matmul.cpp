@@ -1,7 +1,7 @@
-// Matrix products with the `gemm` crate (src/kernels/matmul.rs): mm, addmm and bmm, their
+// Matrix products with the `gemm` crate (src/operators/kernels/matmul.rs): mm, addmm and bmm, their
 // shapes and errors from PyTorch's structured meta functions.
 
-#include "Structured.h"
+#include "operators/Structured.h"
 
 #include <ATen/ops/addmm.h>
 #include <ATen/ops/addmm_meta.h>

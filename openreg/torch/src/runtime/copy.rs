@@ -3,7 +3,7 @@
 use openreg_runtime as rt;
 
 use crate::error::Result;
-use crate::host_allocator::{is_pinned, record_host_event};
+use crate::runtime::host_allocator::{is_pinned, record_host_event};
 
 // ANCHOR: copy_bytes
 /// Copies `len` bytes in whatever direction the pointers say, as CUDA does:

@@ -1,8 +1,8 @@
 // Elementwise operators with Rust kernels: PyTorch's structured `meta` functions decide shapes,
-// dtypes and errors; src/kernels/elementwise.rs computes. Dtypes the kernels do not compute
+// dtypes and errors; src/operators/kernels/elementwise.rs computes. Dtypes the kernels do not compute
 // in (integers, float64, complex) run ATen's CPU kernel over the same memory, said once.
 
-#include "Structured.h"
+#include "operators/Structured.h"
 
 #include <ATen/ops/add.h>
 #include <ATen/ops/add_meta.h>

@@ -1,4 +1,4 @@
-#include "Generator.h"
+#include "runtime/Generator.h"
 
 #include <mutex>
 #include <vector>

@@ -1,0 +1,33 @@
+"""The Architecture chapter's map of the source tree names every file of the glue, in the
+folder it lives in."""
+
+import re
+
+from conftest import ROOT
+
+GLUE = ROOT / "openreg" / "torch"
+
+
+def tree_block() -> str:
+    chapter = (ROOT / "src" / "architecture.md").read_text()
+    section = chapter.split("### The source tree", 1)[1]
+    return section.split("```text", 1)[1].split("```", 1)[0]
+
+
+def test_every_glue_file_is_in_the_map():
+    tree = tree_block()
+    names = set(re.findall(r"[\w.]+\.(?:rs|cpp|h|yaml)\b", tree))
+    missing = []
+    for path in sorted(GLUE.rglob("*")):
+        if path.is_file() and path.suffix in {".rs", ".cpp", ".h", ".yaml"} and path.name != "tests.rs":
+            if path.name not in names:
+                missing.append(str(path.relative_to(ROOT)))
+    assert not missing, f"src/architecture.md: the source tree does not show {missing}"
+
+
+def test_the_maps_folders_exist():
+    tree = tree_block()
+    for folder in ["csrc/runtime", "csrc/operators", "csrc/high_level", "src/runtime",
+                   "src/operators", "src/operators/kernels"]:
+        assert (GLUE / folder).is_dir(), folder
+        assert folder.split("/")[-1] + "/" in tree, folder
