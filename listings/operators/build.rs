@@ -35,6 +35,13 @@ fn main() {
         "csrc/Hooks.cpp",
         "csrc/Register.cpp",
     ];
+    // ccache, when installed, makes a rebuild after a one-file edit take seconds instead of
+    // recompiling every file against torch's headers (CXX, when set, is left alone).
+    println!("cargo:rerun-if-env-changed=CXX");
+    if std::env::var_os("CXX").is_none() && Command::new("ccache").arg("--version").output().is_ok() {
+        // SAFETY: the build script is single-threaded here; cc reads CXX when it builds.
+        unsafe { std::env::set_var("CXX", "ccache c++") };
+    }
     cxx_build::bridge("src/ffi.rs")
         .std("c++20")
         .includes(&includes)

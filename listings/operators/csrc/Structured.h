@@ -35,7 +35,12 @@ struct Structured final : Meta {
                   options.dtype(), ", but got ", given_.dtype(), " instead");
       TORCH_CHECK(options.device() == given_.device(), "Expected out tensor to have device ",
                   options.device(), ", but got ", given_.device(), " instead");
-      at::native::resize_output(given_, sizes);
+      // A resized out= tensor must take the strides the meta function asked for: a
+      // TensorIterator has already laid its loops out for them (for transposed inputs they are
+      // not contiguous), and writes through them.
+      if (at::native::resize_output(given_, sizes) && !strides.empty()) {
+        given_.as_strided_(sizes, strides);
+      }
     }
     // (In place: the iterator has checked that the input can hold the result.)
     Meta::set_output_raw_strided(i, sizes, strides, options);
