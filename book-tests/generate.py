@@ -5,6 +5,8 @@ commands, and records a fingerprint of each output's inputs in src/generated/fin
 Usage: python book-tests/generate.py [NAME ...]   (default: all)
 """
 
+import difflib
+import functools
 import hashlib
 import json
 import subprocess
@@ -56,6 +58,44 @@ KERNELS = files("openreg/torch/src/operators/kernels*.rs", "openreg/torch/src/op
                 "openreg/torch/csrc/operators/*", "openreg/runtime/src/stream.rs",
                 "openreg/torch/src/runtime/allocator.rs")
 
+# Chapter crates in the order of the book; each one's chapter shows what it adds.
+STAGES = ["device", "hooks", "autoload", "operators", "amp"]
+
+
+def crate_files(stage) -> list:
+    """The crate's files as the diff shows them (its README describes, the diff shows code)."""
+    crate = ROOT / "listings" / stage
+    return sorted(str(p.relative_to(crate)) for p in crate.rglob("*")
+                  if p.is_file() and p.name != "README.md"
+                  and not {"target", "__pycache__"} & set(p.relative_to(crate).parts))
+
+
+def lines(path) -> list:
+    """A file's lines without the book's anchor markers."""
+    return [l for l in path.read_text().splitlines(keepends=True) if "ANCHOR" not in l]
+
+
+def crate_diff(before, after) -> str:
+    """A unified diff from listings/<before> to listings/<after>, file by file."""
+    old, new = crate_files(before), crate_files(after)
+    out = []
+    for name in sorted(set(old) | set(new)):
+        a = lines(ROOT / "listings" / before / name) if name in old else []
+        b = lines(ROOT / "listings" / after / name) if name in new else []
+        out.extend(difflib.unified_diff(a, b, f"{before}/{name}" if a else "/dev/null",
+                                        f"{after}/{name}" if b else "/dev/null", n=2))
+    return "".join(line if line.endswith("\n") else line + "\n" for line in out)
+
+
+def crate_diffs() -> dict:
+    diffs = {}
+    for before, after in zip(STAGES, STAGES[1:]):
+        inputs = [f"listings/{st}/{f}" for st in (before, after) for f in crate_files(st)]
+        diffs[f"diff-{after}"] = (functools.partial(crate_diff, before, after),
+                                  [*inputs, "book-tests/generate.py"])
+    return diffs
+
+
 # ANCHOR: outputs
 # name -> (producer, the files whose change makes the shown output stale)
 OUTPUTS = {
@@ -68,6 +108,7 @@ OUTPUTS = {
     "build-times": (build_times, ["bench/build_times.py", "openreg/torch/build.rs",
                                   "openreg/torch-build/src/lib.rs", "Cargo.toml",
                                   ".cargo/config.toml", "book-tests/generate.py"]),
+    **crate_diffs(),
 }
 # ANCHOR_END: outputs
 

@@ -32,6 +32,6 @@ def test_negative_and_conjugate_views():
 
 
 def test_bad_device_index():
-    with pytest.raises(RuntimeError, match=r"invalid device index 5 for openreg"):
+    with pytest.raises(RuntimeError, match=r"^OpenReg error: invalid device ordinal: index 5 for openreg"):
         torch.empty(1, device="openreg:5")
 # ANCHOR_END: tests

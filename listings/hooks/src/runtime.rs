@@ -18,7 +18,7 @@ pub fn check_device(index: i64) -> Result<i8, String> {
         Ok(index as i8)
     } else {
         Err(format!(
-            "invalid device index {index} for openreg: expected an index in [0, {DEVICE_COUNT})"
+            "OpenReg error: invalid device ordinal: index {index} for openreg, expected an index in [0, {DEVICE_COUNT})"
         ))
     }
 }

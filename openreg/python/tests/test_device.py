@@ -73,7 +73,7 @@ def test_synchronize():
     ],
 )
 def test_bad_device_index_names_value_and_range(call):
-    with pytest.raises(RuntimeError, match=r"invalid device index \d for openreg: expected an index in \[0, 2\)") as info:
+    with pytest.raises(RuntimeError, match=r"^OpenReg error: invalid device ordinal: index \d for openreg, expected an index in \[0, 2\)") as info:
         call()
     assert isinstance(info.value, torch.AcceleratorError)
 

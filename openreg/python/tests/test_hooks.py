@@ -16,9 +16,9 @@ def test_device_hooks():
     assert C._accelerator_hooks_maybe_exchange_device(0) == 1
     C._accelerator_hooks_set_current_device(1)
     assert torch.openreg.current_device() == 1
-    with pytest.raises(torch.AcceleratorError, match="invalid device index 3"):
+    with pytest.raises(torch.AcceleratorError, match="invalid device ordinal: index 3 "):
         C._accelerator_hooks_set_current_device(3)
-    with pytest.raises(torch.AcceleratorError, match="invalid device index 2"):
+    with pytest.raises(torch.AcceleratorError, match="invalid device ordinal: index 2 "):
         C._accelerator_hooks_exchange_device(2)
 
 
@@ -30,7 +30,7 @@ def test_generator_hooks():
     assert fresh.device == torch.device("openreg:0")
     clone = fresh.manual_seed(5).clone_state()
     assert clone.device == fresh.device and clone.initial_seed() == 5
-    with pytest.raises(torch.AcceleratorError, match="invalid device index 4"):
+    with pytest.raises(torch.AcceleratorError, match="invalid device ordinal: index 4 "):
         C._accelerator_getDefaultGenerator(4)
 
 

@@ -99,7 +99,8 @@ def test_fork_after_initialisation_is_refused_and_spawn_works(tmp_path):
     out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     assert out.stdout.splitlines() == [
-        "child: cannot re-initialize OpenReg in a forked subprocess; use the 'spawn' start method",
+        "child: Cannot re-initialize OpenReg in forked subprocess. To use OpenReg with multiprocessing, "
+        "you must use the 'spawn' start method (the device was used in the parent before fork())",
         "child exit: 0",
         "parent in bad fork: False",
         "spawned: [10]",

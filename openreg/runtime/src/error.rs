@@ -45,8 +45,8 @@ impl fmt::Display for Error {
         match self {
             Error::InvalidDevice { index, count } => write!(
                 f,
-                "invalid device index {index} for openreg: expected an index in [0, {count}) \
-                 ({count} devices available)"
+                "OpenReg error: invalid device ordinal: index {index} for openreg, expected an \
+                 index in [0, {count}) ({count} devices available)"
             ),
             Error::OutOfMemory { device, requested, reserved, capacity } => write!(
                 f,
@@ -76,7 +76,9 @@ impl fmt::Display for Error {
                 "work on stream {stream} of openreg:{device} failed: {message}"
             ),
             Error::BadFork => f.write_str(
-                "cannot re-initialize OpenReg in a forked subprocess; use the 'spawn' start method",
+                "Cannot re-initialize OpenReg in forked subprocess. To use OpenReg with \
+                 multiprocessing, you must use the 'spawn' start method (the device was used in \
+                 the parent before fork())",
             ),
             Error::System { call, errno } => write!(
                 f,

@@ -36,7 +36,7 @@ fn a_child_forked_after_initialisation_is_refused() {
     let pid = unsafe { libc::fork() };
     if pid == 0 {
         let refused = openreg_runtime::malloc(0, 64).err().map(|e| e.to_string())
-            == Some("cannot re-initialize OpenReg in a forked subprocess; use the 'spawn' start method".into());
+            == Some(openreg_runtime::Error::BadFork.to_string());
         let free_refused = openreg_runtime::free(p).is_err();
         unsafe { libc::_exit(if refused && free_refused && openreg_runtime::is_in_bad_fork() { 0 } else { 1 }) };
     }

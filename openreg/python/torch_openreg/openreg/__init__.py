@@ -122,8 +122,11 @@ def _lazy_init() -> None:
     the RNG functions run it at once instead of queueing calls as ``torch.cuda`` does."""
     global _initialized
     if _is_in_bad_fork():
+        # CUDA's wording (tools match on it), then ours.
         raise RuntimeError(
-            "cannot re-initialize OpenReg in a forked subprocess; use the 'spawn' start method"
+            "Cannot re-initialize OpenReg in forked subprocess. To use OpenReg with "
+            "multiprocessing, you must use the 'spawn' start method (the device was used in "
+            "the parent before fork())"
         )
     if _initialized:
         return

@@ -104,6 +104,10 @@ void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
       continue;
     }
     const at::Generator generator = value.toGenerator();
+    // CUDA's wording for a generator of another device type (tools match on it), then ours.
+    TORCH_CHECK(generator.device().type() == device->type(), "Expected a '", device->type(),
+                "' device type for generator but found '", generator.device().type(), "' (",
+                op.schema().name(), " runs on ", *device, ")");
     TORCH_CHECK(generator.device() == *device, "Expected a generator on ", *device,
                 " for ", op.schema().name(), ", but got one on ", generator.device());
     value = generator.get<OpenRegGeneratorImpl>()->host();
