@@ -10,6 +10,9 @@
 #include <ATen/ops/as_strided_native.h>
 #include <ATen/ops/from_blob.h>
 #include <ATen/ops/set_native.h>
+#include <ATen/ops/unfold_native.h>
+#include <ATen/ops/view_as_complex_native.h>
+#include <ATen/ops/view_as_real_native.h>
 #include <ATen/ops/view_native.h>
 #include <c10/core/DeviceGuard.h>
 #include <torch/library.h>
@@ -123,6 +126,10 @@ void register_ops() {
     ops.impl("set_.source_Storage", TORCH_FN(set_source_storage));
     ops.impl("set_.source_Storage_storage_offset", TORCH_FN(set_storage));
     ops.impl("view", TORCH_FN(view));
+    // View operators only CPU and CUDA register: the fallback would return a copy, not a view.
+    ops.impl("view_as_real", TORCH_FN(at::native::view_as_real));
+    ops.impl("view_as_complex", TORCH_FN(at::native::view_as_complex));
+    ops.impl("unfold", TORCH_FN(at::native::unfold));
     // Resolving a negative or conjugate view clones it, and the clone copies through
     // _copy_from: without these, that fallback would meet itself again, forever.
     // _copy_from handles both bits (as_cpu keeps them).

@@ -196,3 +196,28 @@ def test_packed_sequence_methods():
     moved = packed.openreg()
     assert moved.is_openreg and moved.data.device == torch.device("openreg:0")
     assert torch.equal(moved.data.cpu(), packed.data)
+
+
+def test_view_operators_without_a_composite_kernel_are_views():
+    z = torch.randn(3, dtype=torch.complex64)
+    d = z.to("openreg")
+    real = torch.view_as_real(d)
+    assert real.untyped_storage().data_ptr() == d.untyped_storage().data_ptr()
+    real[0, 0] = 7.0  # a write through the view reaches the complex tensor
+    assert d.cpu()[0].real.item() == 7.0
+    assert torch.equal(torch.view_as_complex(real).cpu(), d.cpu())
+    x = torch.arange(10.0, device="openreg")
+    u = x.unfold(0, 4, 2)
+    assert u._base is x and torch.equal(u.cpu(), torch.arange(10.0).unfold(0, 4, 2))
+    # make_tensor draws complex values through view_as_real: they must be random.
+    m = torch.testing.make_tensor(1000, dtype=torch.complex64, device="openreg")
+    assert m.cpu().abs().std() > 0.1
+
+
+def test_the_fallback_refuses_view_operators():
+    # A view operator has no CPU-run meaning on a device: the result would be a copy.
+    lib = torch.library.Library("openreg_test_views", "DEF")
+    lib.define("alias_of(Tensor(a) x) -> Tensor(a)")
+    lib.impl("alias_of", lambda x: x.view(x.shape), "CPU")
+    with pytest.raises(NotImplementedError, match="is a view operator with no openreg kernel"):
+        torch.ops.openreg_test_views.alias_of(torch.ones(2, device="openreg"))

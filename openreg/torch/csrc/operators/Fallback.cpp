@@ -45,6 +45,17 @@ const std::unordered_set<std::string>& blocklist() {
   return names;
 }
 
+// A view operator's result shares its input's memory. Run on the CPU, it would be a copy, and
+// writes through it would be lost: such operators need a kernel (Minimal.cpp registers them).
+bool returns_view(const c10::FunctionSchema& schema) {
+  for (const auto& result : schema.returns()) {
+    if (result.alias_info() != nullptr && !result.alias_info()->isWrite()) {
+      return true;
+    }
+  }
+  return false;
+}
+
 std::string full_name(const c10::OperatorName& name) {
   return name.overload_name.empty() ? name.name : name.name + "." + name.overload_name;
 }
@@ -56,6 +67,9 @@ void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   TORCH_CHECK_NOT_IMPLEMENTED(!blocklist().contains(name), "Operator '", name,
                               "' is not implemented for device openreg and may not fall back "
                               "to the CPU (see OPENREG_FALLBACK_BLOCKLIST)");
+  TORCH_CHECK_NOT_IMPLEMENTED(!returns_view(op.schema()), "Operator '", name,
+                              "' is a view operator with no openreg kernel: the CPU fallback "
+                              "would return a copy instead of a view");
   if (record_fallback(name) && warn_fallback()) {
     TORCH_WARN("openreg: ", name, " has no openreg kernel; it runs on the CPU (copied there and back)");
   }

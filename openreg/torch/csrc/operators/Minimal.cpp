@@ -11,6 +11,9 @@
 #include <ATen/ops/empty.h>
 #include <ATen/ops/from_blob.h>
 #include <ATen/ops/set_native.h>
+#include <ATen/ops/unfold_native.h>
+#include <ATen/ops/view_as_complex_native.h>
+#include <ATen/ops/view_as_real_native.h>
 #include <ATen/ops/view_native.h>
 #include <c10/core/DeviceGuard.h>
 #include <torch/library.h>
@@ -265,6 +268,12 @@ void register_minimal_ops() {
     library.impl("set_.source_Storage", TORCH_FN(set_source_Storage_));
     library.impl("set_.source_Storage_storage_offset", TORCH_FN(set_source_Storage_storage_offset_));
     library.impl("view", TORCH_FN(view));
+    // View operators that only CPU/CUDA register: through the fallback they would return a
+    // CPU result copied back (a new tensor, not a view), and writes through them would be
+    // lost. ATen's implementations only restride, so they serve any device.
+    library.impl("view_as_real", TORCH_FN(at::native::view_as_real));
+    library.impl("view_as_complex", TORCH_FN(at::native::view_as_complex));
+    library.impl("unfold", TORCH_FN(at::native::unfold));
     register_math_bit_copies();
     return true;
   }();

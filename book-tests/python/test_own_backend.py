@@ -1,0 +1,92 @@
+"""The appendix "Starting your own backend", done as it says in a scratch directory: copy
+listings/operators, uninstall torch_openreg, rename to `mydev`, add `sub` with the patch the
+appendix shows, build with `maturin develop`, and run the crate's tests."""
+
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+from conftest import ROOT
+
+VENV = ROOT / ".venv"
+CHAPTER = ROOT / "src" / "own-backend.md"
+
+
+def environment_without_openreg(scratch: Path) -> Path:
+    """A virtual environment with everything of ours except torch_openreg: step 1's
+    `pip uninstall torch_openreg`, without touching the repository's environment."""
+    subprocess.run([sys._base_executable, "-m", "venv", str(scratch)], check=True)
+    site = Path(sysconfig.get_path("purelib", vars={"base": str(scratch), "platbase": str(scratch)}))
+    for entry in Path(sysconfig.get_path("purelib")).iterdir():
+        name = entry.name.lower().lstrip("_")
+        if name.startswith("torch_openreg") or name.startswith(("pip", "setuptools")):
+            continue
+        if not (site / entry.name).exists():
+            (site / entry.name).symlink_to(entry)
+    return scratch
+
+
+def test_the_appendix_names_the_commands_this_test_runs():
+    text = CHAPTER.read_text()
+    for command in ["cp -r listings/operators ~/mydev", "pip uninstall -y torch_openreg",
+                    "python3 listings/rename.py ~/mydev mydev", "maturin develop --release",
+                    "pytest -q tests", "git apply"]:
+        assert command in text, f"src/own-backend.md no longer says `{command}`"
+
+
+def test_rename_then_first_op_then_build_and_test(tmp_path):
+    crate = tmp_path / "mydev"
+    shutil.copytree(ROOT / "listings" / "operators", crate, copy_function=shutil.copy,
+                    ignore=shutil.ignore_patterns("target", "__pycache__"))
+    env = environment_without_openreg(tmp_path / "venv")
+
+    renamed = subprocess.run([sys.executable, str(ROOT / "listings" / "rename.py"), str(crate), "mydev"],
+                             capture_output=True, text=True)
+    assert renamed.returncode == 0, renamed.stderr
+    left = subprocess.run(["grep", "-rli", "openreg", "."], cwd=crate, capture_output=True, text=True).stdout
+    assert left == "", f"names left after the rename:\n{left}"
+    assert (crate / "torch_mydev" / "mydev.py").exists() and (crate / "csrc" / "Mydev.h").exists()
+
+    patched = subprocess.run(["git", "apply", str(ROOT / "listings" / "first-op.patch")], cwd=crate,
+                             capture_output=True, text=True)
+    assert patched.returncode == 0, f"listings/first-op.patch no longer applies:\n{patched.stderr}"
+
+    build_env = {
+        **os.environ,
+        "VIRTUAL_ENV": str(env),
+        "PATH": f"{env / 'bin'}:{os.environ['PATH']}",
+        "CARGO_TARGET_DIR": str(ROOT / "target" / "listings" / "mydev"),
+        "CCACHE_BASEDIR": str(tmp_path),
+    }
+    build_env.pop("CXX", None)  # the crate's build.rs picks ccache by itself
+    build = subprocess.run([str(VENV / "bin" / "maturin"), "develop", "--release"], cwd=crate,
+                           env=build_env, capture_output=True, text=True, timeout=1200)
+    assert build.returncode == 0, build.stdout + build.stderr
+
+    tests = subprocess.run([str(env / "bin" / "python"), "-P", "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                            "tests"], cwd=crate, env=build_env, capture_output=True, text=True, timeout=900)
+    assert tests.returncode == 0, tests.stdout + tests.stderr
+    assert " passed" in tests.stdout and " failed" not in tests.stdout
+    # The new operator has its own kernel, and nothing of OpenReg was loaded.
+    check = subprocess.run(
+        [str(env / "bin" / "python"), "-P", "-c",
+         "import sys, torch; x = torch.ones(3, device='mydev');"
+         "print(torch._C._dispatch_has_kernel_for_dispatch_key('aten::sub.Tensor', 'PrivateUse1'),"
+         " (x - x).device, 'torch_openreg' in sys.modules)"],
+        env=build_env, capture_output=True, text=True, timeout=300)
+    assert check.stdout.split() == ["True", "mydev:0", "False"], check.stdout + check.stderr
+
+
+def test_rename_refuses_a_taken_or_malformed_name(tmp_path):
+    crate = tmp_path / "c"
+    shutil.copytree(ROOT / "listings" / "device", crate)
+    for bad in ["cuda", "My-Dev", "openreg"]:
+        run = subprocess.run([sys.executable, str(ROOT / "listings" / "rename.py"), str(crate), bad],
+                             capture_output=True, text=True)
+        assert run.returncode == 2 and f"invalid device name {bad!r}" in run.stderr
+    run = subprocess.run([sys.executable, str(ROOT / "listings" / "rename.py"), str(tmp_path), "mydev"],
+                         capture_output=True, text=True)
+    assert run.returncode != 0 and "not an unrenamed chapter crate" in run.stderr
