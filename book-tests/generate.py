@@ -9,8 +9,11 @@ import difflib
 import functools
 import hashlib
 import json
+import os
+import re
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -57,6 +60,34 @@ def files(*patterns) -> list:
 KERNELS = files("openreg/torch/src/operators/kernels*.rs", "openreg/torch/src/operators/kernels/*.rs",
                 "openreg/torch/csrc/operators/*", "openreg/runtime/src/stream.rs",
                 "openreg/torch/src/runtime/allocator.rs")
+
+sys.path.insert(0, str(Path(__file__).parent))
+import reference  # noqa: E402
+
+
+def opinfo() -> str:
+    """Runs the OpInfo sweep and summarises what it compared."""
+    with tempfile.TemporaryDirectory() as tmp:
+        report = Path(tmp) / "report.json"
+        run = subprocess.run([PY, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs",
+                              "openreg/python/tests/test_opinfo.py"], cwd=ROOT, capture_output=True,
+                             text=True, env={**os.environ, "OPENREG_OPINFO_REPORT": str(report)})
+        if run.returncode != 0:
+            raise SystemExit(run.stdout[-3000:] + run.stderr[-3000:])
+        data = json.loads(report.read_text())
+    samples = data["samples"]
+    lines = [
+        f"aten operators with an openreg kernel:     {len(data['native_operators'])}",
+        f"OpInfo entries that reach one of them:     {len(data['opinfos'])}",
+        f"samples equal to CPU, forward:             {samples.get('forward', 0)}",
+        f"samples closer to exact than CPU, forward: {samples.get('forward, closer to exact than CPU', 0)}",
+        f"samples equal to CPU, backward:            {samples.get('backward', 0)}",
+        "pytest: " + re.sub(r" in [\d.]+s.*", "", run.stdout.strip().splitlines()[-1].strip("= ")),
+        "skipped OpInfo entries:",
+        *[f"  {name}: {why}" for name, why in sorted(data["skips"].items())],
+    ]
+    return "\n".join(lines) + "\n"
+
 
 # Chapter crates in the order of the book; each one's chapter shows what it adds.
 STAGES = ["device", "hooks", "autoload", "operators", "amp"]
@@ -108,6 +139,8 @@ OUTPUTS = {
     "build-times": (build_times, ["bench/build_times.py", "openreg/torch/build.rs",
                                   "openreg/torch-build/src/lib.rs", "Cargo.toml",
                                   ".cargo/config.toml", "book-tests/generate.py"]),
+    "reference": (reference.reference, [*reference.inputs(), "book-tests/generate.py"]),
+    "opinfo": (opinfo, ["openreg/python/tests/test_opinfo.py", *KERNELS, "book-tests/generate.py"]),
     **crate_diffs(),
 }
 # ANCHOR_END: outputs

@@ -61,14 +61,16 @@ COUNTS = collections.Counter()
 
 
 def to_cpu(tree, dtype=None):
-    """The same tensors on the CPU, views included: a view keeps its storage, offset and
-    strides (as_strided's samples read outside the view). With `dtype`, floating tensors of
+    """The same tensors on the CPU, views included: a view keeps its storage, offset,
+    strides and conjugate/negative bits (as_strided's samples read outside the view). With `dtype`, floating tensors of
     the reduced-precision dtype under test are upcast to it (for the reference)."""
     def move(t):
         if not isinstance(t, torch.Tensor):
             return t
         c = torch.empty(0, dtype=t.dtype).set_(t.untyped_storage().cpu(), t.storage_offset(),
                                                 t.size(), t.stride()).detach()
+        c = c.conj() if t.is_conj() else c  # the view's bits, too
+        c = torch._neg_view(c) if t.is_neg() else c
         if dtype is not None and t.dtype in (torch.float16, torch.bfloat16):
             c = c.to(dtype)
         return c.requires_grad_(t.requires_grad)

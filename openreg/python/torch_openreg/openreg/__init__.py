@@ -28,18 +28,22 @@ def _device_index(device, optional=False) -> int:
 
 # ANCHOR: device_management
 def is_available() -> bool:
+    """True when the runtime reports at least one device."""
     return device_count() > 0
 
 
 def device_count() -> int:
+    """The number of openreg devices (two)."""
     return _C._get_device_count()
 
 
 def current_device() -> int:
+    """The index of the calling thread's current device."""
     return _C._get_device()
 
 
 def set_device(device) -> None:
+    """Makes ``device`` (an index, ``"openreg:N"`` or a ``torch.device``) current for this thread."""
     index = _device_index(device)
     if index >= 0:
         _C._set_device(index)
@@ -75,6 +79,7 @@ def fallback_counts() -> dict[str, int]:
 
 
 def reset_fallback_counts() -> None:
+    """Clears the counts ``fallback_counts()`` reports."""
     _C._reset_fallback_counts()
 # ANCHOR_END: fallback_counts
 
@@ -109,6 +114,7 @@ def _is_in_bad_fork() -> bool:
 
 
 def is_initialized() -> bool:
+    """True once the device was initialised in this process (false in a forked child)."""
     return _initialized and not _is_in_bad_fork()
 
 

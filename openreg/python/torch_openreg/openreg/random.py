@@ -42,10 +42,12 @@ def set_rng_state(new_state: torch.Tensor, device="openreg") -> None:
 
 
 def get_rng_state_all() -> list[torch.Tensor]:
+    """The RNG states of every device, in device order."""
     return [get_rng_state(i) for i in range(device_count())]
 
 
 def set_rng_state_all(new_states) -> None:
+    """Sets every device's RNG state from ``new_states``, one per device."""
     new_states = list(new_states)
     if len(new_states) != device_count():
         raise ValueError(f"expected {device_count()} RNG states, one per device, got {len(new_states)}")

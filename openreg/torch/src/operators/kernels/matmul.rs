@@ -1,5 +1,7 @@
 //! Matrix products through the `gemm` crates (packed, vectorised): float32 and float16
-//! directly; bfloat16, which `gemm` lacks, through float32 copies.
+//! directly; bfloat16, which `gemm` lacks, through float32 copies, and so is a float16
+//! product added to an output (addmm): gemm's float16 kernel rounds the product to float16
+//! before it adds, where CPU rounds once.
 
 use gemm_common::Parallelism;
 use half::{bf16, f16};
@@ -64,6 +66,30 @@ impl Element for f16 {
     }
 }
 
+/// The 16-bit types, computed in float32.
+trait Narrow: Copy {
+    fn widen(self) -> f32;
+    fn narrow(value: f32) -> Self;
+}
+
+impl Narrow for f16 {
+    fn widen(self) -> f32 {
+        self.to_f32()
+    }
+    fn narrow(value: f32) -> Self {
+        f16::from_f32(value)
+    }
+}
+
+impl Narrow for bf16 {
+    fn widen(self) -> f32 {
+        self.to_f32()
+    }
+    fn narrow(value: f32) -> Self {
+        bf16::from_f32(value)
+    }
+}
+
 /// Calls `T::gemm`, first turning a row-major product into the column-major one gemm's
 /// microkernels prefer (C = A B is Cᵀ = Bᵀ Aᵀ: swap the operands and every stride pair), as
 /// the umbrella `gemm` crate does. Without it a 512×512 product took twice as long.
@@ -99,10 +125,11 @@ impl Matmul {
                 unsafe {
                     match self.dtype {
                         Dtype::Float => self.product::<f32>(i, first, n, self.alpha as f32, self.beta as f32),
-                        Dtype::Half => {
+                        Dtype::Half if self.beta == 0.0 => {
                             self.product::<f16>(i, first, n, f16::from_f64(self.alpha), f16::from_f64(self.beta))
                         }
-                        Dtype::BFloat16 => self.product_bf16(i, first, n),
+                        Dtype::Half => self.product_widened::<f16>(i, first, n),
+                        Dtype::BFloat16 => self.product_widened::<bf16>(i, first, n),
                     }
                 }
             });
@@ -130,16 +157,17 @@ impl Matmul {
     }
 // ANCHOR_END: product
 
-    /// bfloat16: widen the three matrices, multiply in float32, round the result back.
-    unsafe fn product_bf16(&self, i: isize, first: usize, n: usize) {
+    /// Widens the three matrices to float32, multiplies and adds there, and rounds the result
+    /// back once.
+    unsafe fn product_widened<T: Narrow>(&self, i: isize, first: usize, n: usize) {
         let widen = |m: &Matrix, rows: usize, cols: usize, col0: usize| -> Vec<f32> {
-            let base = (m.data as *const bf16)
+            let base = (m.data as *const T)
                 .wrapping_offset(i * m.batch_stride as isize + col0 as isize * m.col_stride as isize);
             (0..rows * cols)
                 .map(|e| {
                     let (r, c) = ((e / cols) as isize, (e % cols) as isize);
                     // SAFETY: inside the matrix, which C++ checked.
-                    unsafe { base.offset(r * m.row_stride as isize + c * m.col_stride as isize).read_unaligned() }.to_f32()
+                    unsafe { base.offset(r * m.row_stride as isize + c * m.col_stride as isize).read_unaligned() }.widen()
                 })
                 .collect()
         };
@@ -154,14 +182,14 @@ impl Matmul {
                 self.beta as f32, self.alpha as f32,
             );
         }
-        let base = (self.out.data as *mut bf16)
+        let base = (self.out.data as *mut T)
             .wrapping_offset(i * self.out.batch_stride as isize + first as isize * self.out.col_stride as isize);
         for (e, v) in out.into_iter().enumerate() {
             let (r, c) = ((e / n) as isize, (e % n) as isize);
             // SAFETY: inside the output matrix, which C++ checked.
             unsafe {
                 base.offset(r * self.out.row_stride as isize + c * self.out.col_stride as isize)
-                    .write_unaligned(bf16::from_f32(v))
+                    .write_unaligned(T::narrow(v))
             };
         }
     }
