@@ -24,14 +24,17 @@ CHAPTERS = [
     ("openreg/torch/csrc/runtime/Generator.*", "generator.md", "Generator"),
     ("openreg/torch/csrc/runtime/RandomOps.cpp", "generator.md", "Generator"),
     ("openreg/torch/csrc/runtime/Serialization.cpp", "serialization.md", "Storage & serialization"),
+    ("openreg/torch/csrc/runtime/Profiler.cpp", "profiler.md", "Profiler"),
     ("openreg/torch/csrc/operators/*", "operators.md", "Operators"),
     ("openreg/torch/csrc/high_level/Autocast.cpp", "amp.md", "AMP"),
     ("openreg/torch/csrc/*", "architecture.md", "Architecture & build"),
     ("openreg/torch/src/operators/*", "kernels.md", "Kernels in Rust"),
     ("openreg/torch/src/runtime/stream.rs", "streams.md", "Streams & events"),
+    ("openreg/torch/src/runtime/profiler.rs", "profiler.md", "Profiler"),
     ("openreg/torch/src/runtime/*", "memory.md", "Memory & allocators"),
     ("openreg/torch/src/*", "architecture.md", "Architecture & build"),
     ("openreg/runtime/src/fork.rs", "generator.md", "Generator"),
+    ("openreg/runtime/src/trace.rs", "profiler.md", "Profiler"),
     ("openreg/runtime/src/stream.rs", "streams.md", "Streams & events"),
     ("openreg/runtime/src/event.rs", "streams.md", "Streams & events"),
     ("openreg/runtime/src/*", "memory.md", "Memory & allocators"),
@@ -40,6 +43,7 @@ CHAPTERS = [
     (f"{PACKAGE}/openreg/random.py", "generator.md", "Generator"),
     (f"{PACKAGE}/openreg/amp/*", "amp.md", "AMP"),
     (f"{PACKAGE}/openreg/custom_ops.py", "operators.md", "Operators"),
+    (f"{PACKAGE}/openreg/profiler.py", "profiler.md", "Profiler"),
     (f"{PACKAGE}/openreg/*", "frontend.md", "Device module & generated methods"),
 ]
 # ANCHOR_END: chapters
@@ -57,6 +61,8 @@ REGISTRATIONS = [
     (r"DeviceGuardImplRegistrar", "`c10::impl::DeviceGuardImplRegistrar`", "the device guard"),
     (r"RegisterPrivateUse1HooksInterface\(", "`at::RegisterPrivateUse1HooksInterface`", "the PrivateUse1 hooks"),
     (r"set_privateuse1_dispatch_ptr", "`DispatchStub::set_privateuse1_dispatch_ptr`", "DispatchStub kernels"),
+    (r"registerPrivateUse1Methods", "`torch::profiler::impl::registerPrivateUse1Methods`", "the profiler's device stubs"),
+    (r"pushPRIVATEUSE1CallbacksStub", "`torch::profiler::impl::pushPRIVATEUSE1CallbacksStub`", "the PrivateUse1 profiler observer"),
     (r"TensorBackendMetaRegistry", "`TensorBackendMetaRegistry`", "serialization of backend metadata"),
     (r"gen_backend_stubs", "torchgen `gen_backend_stubs`", "generated structured registrations"),
     (r"rename_privateuse1_backend", "`torch.utils.rename_privateuse1_backend`", "the device's name"),
@@ -181,7 +187,8 @@ def dispatch_keys(files) -> str:
 PYTHON_API = r"""
 import inspect, torch
 rows = []
-for prefix, module in [("torch.openreg", torch.openreg), ("torch.openreg.amp", torch.openreg.amp)]:
+for prefix, module in [("torch.openreg", torch.openreg), ("torch.openreg.amp", torch.openreg.amp),
+                       ("torch.openreg.profiler", torch.openreg.profiler)]:
     for name in sorted(vars(module)):
         obj = getattr(module, name)
         if name.startswith("_") or inspect.ismodule(obj) or getattr(obj, "__module__", "").split(".")[0] != "torch_openreg":

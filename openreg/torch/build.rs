@@ -19,6 +19,7 @@ fn main() {
         "csrc/runtime/StreamOps.cpp",
         "csrc/runtime/RandomOps.cpp",
         "csrc/runtime/Serialization.cpp",
+        "csrc/runtime/Profiler.cpp",
         // Operators: registrations, the fallback, and the kernels' C++ side.
         "csrc/operators/Minimal.cpp",
         "csrc/operators/CustomOps.cpp",

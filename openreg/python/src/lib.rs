@@ -106,6 +106,18 @@ fn _get_default_generator<'py>(py: Python<'py>, device: i64) -> PyResult<Bound<'
         .call_method1("_accelerator_getDefaultGenerator", (device,))
 }
 
+/// Starts recording the runtime's profiler annotations (ranges and marks).
+#[pyfunction]
+fn _trace_start() {
+    rt::trace::start();
+}
+
+/// Stops recording; the annotations as `(name, thread, start_ns, end_ns)`.
+#[pyfunction]
+fn _trace_stop() -> Vec<(String, u64, u64, u64)> {
+    rt::trace::stop().into_iter().map(|a| (a.name, a.thread, a.start_ns, a.end_ns)).collect()
+}
+
 /// True in a child forked after the runtime was initialised (it refuses to work there).
 #[pyfunction]
 fn _is_in_bad_fork() -> bool {
@@ -140,6 +152,8 @@ fn openreg_c(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("_torch_version", openreg_torch::TORCH_VERSION)?;
     m.add_function(wrap_pyfunction!(_init, m)?)?;
     m.add_function(wrap_pyfunction!(_is_in_bad_fork, m)?)?;
+    m.add_function(wrap_pyfunction!(_trace_start, m)?)?;
+    m.add_function(wrap_pyfunction!(_trace_stop, m)?)?;
     m.add_function(wrap_pyfunction!(_get_device_count, m)?)?;
     m.add_function(wrap_pyfunction!(_get_device, m)?)?;
     m.add_function(wrap_pyfunction!(_set_device, m)?)?;

@@ -12,6 +12,7 @@
 //! | streams and kernel launch | [`stream`] |
 //! | events | [`event`] |
 //! | fork safety | [`fork`] |
+//! | annotations for profilers | [`trace`] |
 
 pub mod copy;
 pub mod device;
@@ -23,6 +24,7 @@ pub mod host;
 pub mod memory;
 pub mod pointer;
 pub mod stream;
+pub mod trace;
 
 pub use copy::{MemcpyKind, memcpy, memcpy_async};
 pub use device::{

@@ -67,5 +67,6 @@ void register_quantized_ops();
 void register_codegen_ops();
 void register_fallback();
 void register_serialization();
+void register_profiler();
 
 } // namespace openreg

@@ -40,6 +40,7 @@ void register_backend() {
   register_autocast();
   register_fallback();
   register_serialization();
+  register_profiler();
 }
 // ANCHOR_END: register_backend
 

@@ -19,6 +19,7 @@ use crate::runtime::host_allocator::{
     empty_host_cache, host_free, host_malloc, host_stats, is_pinned, pointer_device,
     record_host_event, reset_host_stats,
 };
+use crate::runtime::profiler::{trace_mark, trace_range_pop, trace_range_push};
 use crate::runtime::stream::{
     Event, current_stream, event_block, event_create, event_device, event_elapsed_time,
     event_query, event_record, event_synchronize, exchange_stream, new_stream, query_stream,
@@ -272,6 +273,11 @@ pub(crate) mod ffi {
         fn event_synchronize(event: &Event);
         fn event_device(event: &Event) -> i8;
         fn event_elapsed_time(start: &Event, end: &Event) -> Result<f64>;
+
+        // Profiler annotations (runtime/profiler.rs): names arrive as bytes, any encoding.
+        fn trace_range_push(name: &[u8]);
+        fn trace_range_pop();
+        fn trace_mark(name: &[u8]);
     }
 
     unsafe extern "C++" {

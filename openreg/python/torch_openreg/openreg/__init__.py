@@ -145,6 +145,7 @@ def _lazy_init() -> None:
 
 from . import amp  # noqa: E402
 from . import custom_ops  # noqa: E402,F401  (Meta kernels and autograd of openreg::)
+from . import profiler  # noqa: E402,F401
 from .amp import get_amp_supported_dtype  # noqa: E402  (torch.autocast looks for it here)
 from ._legacy import *  # noqa: E402,F403
 from ._legacy import __all__ as _legacy_all  # noqa: E402
