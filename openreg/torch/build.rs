@@ -20,6 +20,7 @@ fn main() {
         "csrc/runtime/RandomOps.cpp",
         "csrc/runtime/Serialization.cpp",
         "csrc/runtime/Profiler.cpp",
+        "csrc/runtime/ActivityProfiler.cpp",
         // Operators: registrations, the fallback, and the kernels' C++ side.
         "csrc/operators/Minimal.cpp",
         "csrc/operators/CustomOps.cpp",
@@ -44,6 +45,10 @@ fn main() {
 
     let mut build = cxx_build::bridge("src/ffi.rs");
     torch.configure(&mut build);
+    // The Kineto plugin (ActivityProfiler.cpp): the wheel's libkineto headers, and the macro
+    // torch was built with, which enables PyTorch's Kineto declarations.
+    let kineto = torch.include_dirs.iter().map(|d| d.join("kineto")).find(|d| d.join("libkineto.h").exists());
+    build.include(kineto.expect("torch's include directory has no kineto/libkineto.h")).define("USE_KINETO", None);
     build.files(sources).include("csrc").include(&generated).compile("openreg_torch_glue");
     torch.link();
 

@@ -79,3 +79,97 @@ def test_emit_ranges_records_each_operator_as_a_range():
     assert torch.openreg._C._trace_stop() == []
     assert not torch.autograd.profiler._is_profiler_enabled
 # ANCHOR_END: ranges
+
+
+# --- Kineto: torch.profiler with ProfilerActivity.PrivateUse1 ---
+
+from torch.profiler import ProfilerActivity, profile, record_function  # noqa: E402
+
+ACTIVITIES = [ProfilerActivity.CPU, ProfilerActivity.PrivateUse1]
+
+
+def two_stream_step(x, side):
+    with record_function("step"):
+        y = torch.mm(x, x) + 1
+        with side:
+            z = torch.relu(x)
+        side.synchronize()
+        return (y + z).cpu()
+
+
+def device_events(trace):
+    return [e for e in trace["traceEvents"] if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_user_annotation")]
+
+
+# ANCHOR: kineto
+def test_kineto_shows_device_work_per_stream_linked_to_its_operators(tmp_path):
+    import json
+
+    x, side = torch.randn(256, 256, device="openreg"), torch.Stream(device="openreg")
+    two_stream_step(x, side)  # warm-up
+    with profile(activities=ACTIVITIES) as prof:
+        result = two_stream_step(x, side)
+    torch.testing.assert_close(result, (torch.mm(x.cpu(), x.cpu()) + 1) + x.cpu().relu(), rtol=1e-4, atol=1e-4)
+    path = tmp_path / "trace.json"
+    prof.export_chrome_trace(str(path))
+    trace = json.loads(path.read_text())  # the trace file parses
+    device = device_events(trace)
+    names = [e["name"] for e in device]
+    assert "kernels::launch_matmul" in names and "copy::memcpy" in names
+
+    # One row per stream, named after it; the relu ran on the side stream.
+    rows = {(e["pid"], e["tid"]) for e in device}
+    assert rows == {(0, 0), (0, side.stream_id)}
+    row_names = {(m["pid"], m["tid"]): m["args"]["name"] for m in trace["traceEvents"]
+                 if m.get("ph") == "M" and m["name"] == "thread_name"}
+    assert row_names[(0, side.stream_id)] == f"openreg:0 stream {side.stream_id}"
+    # Work on one stream runs in order, one piece after the other.
+    for row in rows:
+        spans = sorted((e["ts"], e["ts"] + e.get("dur", 0)) for e in device if (e["pid"], e["tid"]) == row)
+        assert all(a_end <= b_start + 1 for (_, a_end), (b_start, _) in zip(spans, spans[1:]))
+
+    # Each kernel is linked to the operator that launched it.
+    ops = {e["args"]["External id"]: e["name"] for e in trace["traceEvents"]
+           if e.get("cat") == "cpu_op" and "External id" in e.get("args", {})}
+    launched_by = {e["name"]: ops.get(e["args"].get("External id")) for e in device if e["cat"] == "kernel"}
+    assert launched_by["kernels::launch_matmul"] == "aten::mm"
+    by_name = {e.key: e for e in prof.key_averages()}
+    assert by_name["aten::mm"].device_time_total > 0
+    assert "step" in {e["name"] for e in trace["traceEvents"] if e.get("cat") == "user_annotation"}
+# ANCHOR_END: kineto
+
+
+def test_kineto_memory_events():
+    with profile(activities=ACTIVITIES, profile_memory=True) as prof:
+        y = torch.ones(1024, 1024, device="openreg") * 2
+        del y
+    # Allocations are attributed to the operators that made them; frees are [memory] events.
+    by_name = {e.key: e for e in prof.key_averages()}
+    assert by_name["aten::empty"].self_device_memory_usage == 4 << 20
+    assert by_name["aten::mul"].self_device_memory_usage == 4 << 20
+    frees = [e.device_memory_usage for e in prof.events() if e.name == "[memory]"]
+    assert frees.count(-(4 << 20)) == 2, frees
+
+
+def test_kineto_in_a_second_thread_and_bad_activities():
+    results = {}
+
+    def work():
+        x = torch.randn(64, 64, device="openreg")
+        with profile(activities=ACTIVITIES) as prof:
+            torch.mm(x, x)
+        results["names"] = {e.name for e in prof.events()}
+
+    thread = threading.Thread(target=work)
+    thread.start()
+    thread.join(timeout=120)
+    assert not thread.is_alive() and "kernels::launch_matmul" in results["names"]
+    import pytest
+
+    with pytest.raises(TypeError, match="Expected ProfilerActivity"):
+        with profile(activities=["openreg"]):
+            pass
+    # The device and the profiler still work afterwards.
+    with profile(activities=ACTIVITIES) as prof:
+        torch.ones(3, device="openreg").add_(1)
+    assert any(e.device_type == torch.autograd.DeviceType.PrivateUse1 for e in prof.events())

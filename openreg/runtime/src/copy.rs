@@ -99,7 +99,14 @@ pub unsafe fn memcpy(dst: *mut u8, src: *const u8, len: usize, kind: MemcpyKind)
     for device in plan.devices.into_iter().flatten() {
         current_stream(device as i64)?.synchronize()?;
     }
-    plan.run();
+    // Traced as work of the device's current stream, where CUDA's blocking copies run too.
+    match plan.devices.into_iter().flatten().next() {
+        Some(device) if crate::trace::is_on() => {
+            let stream = current_stream(device as i64)?.id();
+            crate::trace::traced(device, stream, move || plan.run())();
+        }
+        _ => plan.run(),
+    }
     Ok(())
 }
 

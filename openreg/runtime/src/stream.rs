@@ -186,10 +186,17 @@ impl Stream {
     /// Enqueues `task`; it runs on this stream's worker after everything enqueued before it.
     /// A panic inside `task` is caught and reported by the next [`Stream::synchronize`].
     pub fn launch(&self, task: impl FnOnce() + Send + 'static) -> Result<()> {
+        if crate::trace::is_on() {
+            return self.enqueue(Box::new(crate::trace::traced(self.0.device, self.0.id, task)));
+        }
+        self.enqueue(Box::new(task))
+    }
+
+    fn enqueue(&self, task: Task) -> Result<()> {
         crate::fork::check_not_forked()?;
         crate::fork::mark_initialised();
         let mut q = self.lock();
-        q.tasks.push_back(Box::new(task));
+        q.tasks.push_back(task);
         q.submitted += 1;
         if !q.worker_running {
             q.worker_running = true;
@@ -219,6 +226,13 @@ impl Stream {
     /// Used for markers (event records) and small kernels, which need no thread hop when
     /// nothing is pending: running now, under the queue lock, keeps the stream's order.
     pub fn run_or_launch(&self, task: impl FnOnce() + Send + 'static) -> Result<()> {
+        if crate::trace::is_on() {
+            return self.run_or_enqueue(crate::trace::traced(self.0.device, self.0.id, task));
+        }
+        self.run_or_enqueue(task)
+    }
+
+    fn run_or_enqueue(&self, task: impl FnOnce() + Send + 'static) -> Result<()> {
         let q = self.lock();
         if q.submitted == q.completed {
             // A panic must not unwind into the caller (C++): report it like a worker would.
@@ -229,7 +243,7 @@ impl Stream {
             });
         }
         drop(q);
-        self.launch(task)
+        self.enqueue(Box::new(task))
     }
 
     /// True when all work enqueued so far has completed.

@@ -1,6 +1,7 @@
-//! Annotations for profiling tools: named ranges (pushed and popped per thread, like NVTX's)
-//! and marks. PyTorch's profiler stubs forward its `rangePush`/`rangePop`/`mark` here. They
-//! are recorded only while a trace is on; otherwise each call is one relaxed atomic load.
+//! The runtime's trace, for profiling tools: what ran on each stream and when (activities),
+//! which host operation launched it (the correlation id the launching thread had pushed), and
+//! annotations: named ranges (pushed and popped per thread, like NVTX's) and marks. Nothing is
+//! recorded unless a trace is on; otherwise each hook is one relaxed atomic load.
 
 use std::cell::RefCell;
 use std::sync::Mutex;
@@ -16,14 +17,39 @@ pub struct Annotation {
     pub end_ns: u64,
 }
 
+/// One piece of work as it ran on a stream. `name` is where it was launched from (the
+/// launching function, from the task's type name); `correlation` is the id the launching
+/// thread had pushed (0: none).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Activity {
+    pub name: &'static str,
+    pub kind: Kind,
+    pub device: usize,
+    pub stream: u64,
+    pub start_ns: u64,
+    pub end_ns: u64,
+    pub correlation: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Kernel,
+    Memcpy,
+    /// An event record: an instant on the stream.
+    Event,
+}
+
 static ON: AtomicBool = AtomicBool::new(false);
 static RECORDS: Mutex<Vec<Annotation>> = Mutex::new(Vec::new());
+static ACTIVITIES: Mutex<Vec<Activity>> = Mutex::new(Vec::new());
 static NEXT_THREAD: AtomicU64 = AtomicU64::new(1);
 
 thread_local! {
     static THREAD: u64 = NEXT_THREAD.fetch_add(1, Ordering::Relaxed);
     // Open ranges of this thread: name and start.
     static OPEN: RefCell<Vec<(String, u64)>> = const { RefCell::new(Vec::new()) };
+    // Correlation ids pushed by this thread (the profiler's current operator).
+    static CORRELATION: RefCell<Vec<u64>> = const { RefCell::new(Vec::new()) };
 }
 
 /// Nanoseconds of `CLOCK_MONOTONIC`.
@@ -38,17 +64,67 @@ fn records() -> std::sync::MutexGuard<'static, Vec<Annotation>> {
     RECORDS.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+fn activities() -> std::sync::MutexGuard<'static, Vec<Activity>> {
+    ACTIVITIES.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// Starts recording (clearing what an earlier trace left).
 pub fn start() {
     records().clear();
+    activities().clear();
     ON.store(true, Ordering::Release);
 }
 
-/// Stops recording and returns what was recorded, in the order ranges closed.
+/// Stops recording and returns the annotations, in the order ranges closed. Activities
+/// stay until [`take_activities`] (work launched before the stop may still be running).
 pub fn stop() -> Vec<Annotation> {
     ON.store(false, Ordering::Release);
     std::mem::take(&mut *records())
 }
+
+/// The activities recorded so far, in the order they finished.
+pub fn take_activities() -> Vec<Activity> {
+    std::mem::take(&mut *activities())
+}
+
+pub fn push_correlation(id: u64) {
+    CORRELATION.with(|c| c.borrow_mut().push(id));
+}
+
+pub fn pop_correlation() {
+    CORRELATION.with(|c| c.borrow_mut().pop());
+}
+
+// ANCHOR: traced
+/// Wraps a task launched on a stream so that it records itself when it runs. Called by the
+/// stream only while a trace is on.
+pub(crate) fn traced<F: FnOnce() + Send + 'static>(device: usize, stream: u64, task: F) -> impl FnOnce() + Send + 'static {
+    let (name, kind) = launched_from::<F>();
+    let correlation = CORRELATION.with(|c| c.borrow().last().copied().unwrap_or(0));
+    move || {
+        let start_ns = now_ns();
+        task();
+        let end_ns = now_ns();
+        activities().push(Activity { name, kind, device, stream, start_ns, end_ns, correlation });
+    }
+}
+
+/// "module::function" of the function that created the task (a closure's type name is
+/// `crate::module::function::{{closure}}`), and what kind of work that is.
+fn launched_from<F>() -> (&'static str, Kind) {
+    let full = std::any::type_name::<F>();
+    let path = full.split("::{{closure}}").next().unwrap_or(full);
+    let mut parts = path.rsplitn(3, "::");
+    let (function, module) = (parts.next().unwrap_or(path), parts.next().unwrap_or(""));
+    let name = &path[path.len() - function.len() - if module.is_empty() { 0 } else { module.len() + 2 }..];
+    let kind = match module {
+        "copy" => Kind::Memcpy,
+        "Event" | "event" => Kind::Event,
+        _ => Kind::Kernel,
+    };
+    (name, kind)
+}
+// ANCHOR_END: traced
 
 // ANCHOR: record
 pub fn is_on() -> bool {
@@ -102,5 +178,24 @@ mod tests {
         assert_eq!(got[0].start_ns, got[0].end_ns);
         mark("after");
         assert!(stop().is_empty());
+    }
+
+    #[test]
+    fn a_task_is_named_after_the_function_that_launched_it() {
+        fn launch_example() -> impl FnOnce() + Send + 'static {
+            traced(1, 7, || {})
+        }
+        start();
+        push_correlation(42);
+        let task = launch_example();
+        pop_correlation();
+        task();
+        stop();
+        let got = take_activities();
+        assert_eq!(got.len(), 1);
+        let a = &got[0];
+        assert!(a.name.ends_with("launch_example"), "{}", a.name);
+        assert_eq!((a.kind, a.device, a.stream, a.correlation), (Kind::Kernel, 1, 7, 42));
+        assert!(a.start_ns <= a.end_ns);
     }
 }

@@ -68,5 +68,6 @@ void register_codegen_ops();
 void register_fallback();
 void register_serialization();
 void register_profiler();
+void register_activity_profiler();
 
 } // namespace openreg

@@ -41,6 +41,7 @@ void register_backend() {
   register_fallback();
   register_serialization();
   register_profiler();
+  register_activity_profiler();
 }
 // ANCHOR_END: register_backend
 

@@ -2,7 +2,7 @@
 //! the build script, which recompiles every C++ file.
 
 use crate::runtime::allocator::{
-    device_free, device_malloc, device_memory_info, device_stats, empty_cache, record_stream,
+    device_free, device_malloc, device_memory_info, device_stats, empty_cache, memory_report, record_stream,
     reset_accumulated_stats, reset_peak_stats,
 };
 use crate::runtime::copy::{copy_bytes, host_view};
@@ -19,7 +19,10 @@ use crate::runtime::host_allocator::{
     empty_host_cache, host_free, host_malloc, host_stats, is_pinned, pointer_device,
     record_host_event, reset_host_stats,
 };
-use crate::runtime::profiler::{trace_mark, trace_range_pop, trace_range_push};
+use crate::runtime::profiler::{
+    trace_mark, trace_pop_correlation, trace_push_correlation, trace_range_pop, trace_range_push,
+    trace_start, trace_stop, trace_take_activities,
+};
 use crate::runtime::stream::{
     Event, current_stream, event_block, event_create, event_device, event_elapsed_time,
     event_query, event_record, event_synchronize, exchange_stream, new_stream, query_stream,
@@ -74,6 +77,26 @@ pub(crate) mod ffi {
         allocated_bytes: Stat,
         num_host_alloc: i64,
         num_host_free: i64,
+    }
+
+    /// Work that ran on a stream, for the profiler (runtime's `trace::Activity`).
+    struct TraceActivity {
+        name: &'static str,
+        /// 0 kernel, 1 memcpy, 2 event record.
+        kind: u8,
+        device: i64,
+        stream: u64,
+        start_ns: u64,
+        end_ns: u64,
+        correlation: u64,
+    }
+
+    /// A block and its device's totals, for the profiler's memory events.
+    struct MemoryReport {
+        device: i64,
+        size: i64,
+        allocated: usize,
+        reserved: usize,
     }
 
     struct MemoryInfo {
@@ -164,6 +187,7 @@ pub(crate) mod ffi {
         // Device memory (a caching allocator), with the statistics PyTorch reports.
         fn device_malloc(device: i64, size: usize) -> Result<usize>;
         fn device_free(ptr: usize);
+        fn memory_report(ptr: usize) -> MemoryReport;
         fn device_stats(device: i64) -> Result<DeviceStats>;
         fn reset_peak_stats(device: i64) -> Result<()>;
         fn reset_accumulated_stats(device: i64) -> Result<()>;
@@ -278,6 +302,12 @@ pub(crate) mod ffi {
         fn trace_range_push(name: &[u8]);
         fn trace_range_pop();
         fn trace_mark(name: &[u8]);
+        // A Kineto session (csrc/runtime/ActivityProfiler.cpp).
+        fn trace_start();
+        fn trace_stop();
+        fn trace_push_correlation(id: u64);
+        fn trace_pop_correlation();
+        fn trace_take_activities() -> Vec<TraceActivity>;
     }
 
     unsafe extern "C++" {

@@ -5,8 +5,22 @@
 namespace openreg {
 namespace {
 
+// profile_memory=True: PyTorch's profiler records each allocation and free with the device's
+// totals after it. Only when it asks, so an allocation pays one thread-local check otherwise.
+void report_to_profiler(void* ptr, int64_t size) {
+  const MemoryReport r = memory_report(addr(ptr));
+  c10::reportMemoryUsageToProfiler(ptr, size, r.allocated, r.reserved,
+                                   c10::Device(kOpenReg, static_cast<c10::DeviceIndex>(r.device)));
+}
+
 // The deleter stored in every DataPtr. Rust's device_free cannot fail (it reports problems).
 void delete_device_memory(void* ptr) {
+  if (ptr != nullptr && c10::memoryProfilingEnabled()) {
+    const int64_t size = memory_report(addr(ptr)).size;
+    device_free(addr(ptr));
+    report_to_profiler(ptr, -size);
+    return;
+  }
   device_free(addr(ptr));
 }
 
@@ -25,6 +39,9 @@ class OpenRegDeviceAllocator final : public c10::DeviceAllocator {
   c10::DataPtr allocate(size_t nbytes) override {
     const auto device = current_device();
     void* ptr = reinterpret_cast<void*>(call([&] { return device_malloc(device, nbytes); }));
+    if (ptr != nullptr && c10::memoryProfilingEnabled()) {
+      report_to_profiler(ptr, memory_report(addr(ptr)).size);
+    }
     return {ptr, ptr, &delete_device_memory, c10::Device(kOpenReg, device)};
   }
 

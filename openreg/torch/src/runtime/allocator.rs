@@ -28,7 +28,7 @@ use std::sync::{Mutex, MutexGuard};
 use openreg_runtime as rt;
 
 use crate::error::{Failure, Result};
-use crate::ffi::ffi::{DeviceStats, MemoryInfo, Stat};
+use crate::ffi::ffi::{DeviceStats, MemoryInfo, MemoryReport, Stat};
 
 // ANCHOR: sizes
 const ALIGNMENT: usize = 512;
@@ -532,6 +532,21 @@ pub(crate) fn empty_cache() {
     }
 }
 // ANCHOR_END: bridge_functions
+
+/// For the profiler's memory events (`profile_memory=True`): the size of the block at `ptr`
+/// and its device's allocated and reserved bytes. Infallible (the deleter calls it); device
+/// -1 and size 0 when `ptr` is not device memory.
+pub(crate) fn memory_report(ptr: usize) -> MemoryReport {
+    let Some(device) = rt::device_of(ptr as *const u8) else {
+        return MemoryReport { device: -1, size: 0, allocated: 0, reserved: 0 };
+    };
+    with_cache(device, |c| MemoryReport {
+        device: device as i64,
+        size: c.blocks.get(&ptr).map_or(0, |b| b.size as i64),
+        allocated: c.stats.allocated_bytes[0].current as usize,
+        reserved: c.stats.reserved_bytes[0].current as usize,
+    })
+}
 
 pub(crate) fn device_stats(device: i64) -> Result<DeviceStats> {
     Ok(with_cache(rt::check_device(device)?, |c| c.stats()))
