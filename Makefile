@@ -85,6 +85,7 @@ serve: build book
 bench: build
 	$(PY) bench/bench.py
 	$(PY) bench/operators.py
+	$(PY) bench/profiler.py
 
 bench-build: build
 	$(PY) bench/build_times.py

@@ -89,6 +89,17 @@ def opinfo() -> str:
     return "\n".join(lines) + "\n"
 
 
+def profiler_bench() -> str:
+    out = subprocess.run([PY, str(ROOT / "bench/profiler.py")], check=True, cwd=ROOT,
+                         capture_output=True, text=True).stdout
+    return "\n".join(out.splitlines()[1:]) + "\n"
+
+
+def profiler_trace() -> str:
+    return subprocess.run([PY, str(ROOT / "book-tests/trace_picture.py"), str(OUT / "profiler-trace.svg")],
+                          check=True, cwd=ROOT, capture_output=True, text=True).stdout
+
+
 # Chapter crates in the order of the book; each one's chapter shows what it adds.
 STAGES = ["device", "hooks", "autoload", "operators", "amp"]
 
@@ -139,6 +150,12 @@ OUTPUTS = {
     "build-times": (build_times, ["bench/build_times.py", "openreg/torch/build.rs",
                                   "openreg/torch-build/src/lib.rs", "Cargo.toml",
                                   ".cargo/config.toml", "book-tests/generate.py"]),
+    "profiler-trace": (profiler_trace, ["book-tests/trace_picture.py", "openreg/runtime/src/trace.rs",
+                                        "openreg/runtime/src/stream.rs", "openreg/torch/csrc/runtime/ActivityProfiler.cpp",
+                                        "book-tests/generate.py"]),
+    "profiler-bench": (profiler_bench, ["bench/profiler.py", "bench/operators.py", "openreg/runtime/src/trace.rs",
+                                        "openreg/runtime/src/stream.rs", "openreg/torch/csrc/runtime/Profiler.cpp",
+                                        "openreg/torch/csrc/runtime/ActivityProfiler.cpp", "book-tests/generate.py"]),
     "reference": (reference.reference, [*reference.inputs(), "book-tests/generate.py"]),
     "opinfo": (opinfo, ["openreg/python/tests/test_opinfo.py", *KERNELS, "book-tests/generate.py"]),
     **crate_diffs(),

@@ -194,7 +194,7 @@ for prefix, module in [("torch.openreg", torch.openreg), ("torch.openreg.amp", t
         if name.startswith("_") or inspect.ismodule(obj) or getattr(obj, "__module__", "").split(".")[0] != "torch_openreg":
             continue
         doc = (inspect.getdoc(obj) or "").split("\n\n")[0].replace("\n", " ").replace("|", "\\|")
-        path = inspect.getsourcefile(obj)
+        path = inspect.getsourcefile(inspect.unwrap(obj))
         rows.append(f"{prefix}.{name}\t{doc}\t{path}")
 print("\n".join(rows))
 """
