@@ -25,6 +25,7 @@ CHAPTERS = [
     ("openreg/torch/csrc/runtime/RandomOps.cpp", "generator.md", "Generator"),
     ("openreg/torch/csrc/runtime/Serialization.cpp", "serialization.md", "Storage & serialization"),
     ("openreg/torch/csrc/runtime/Profiler.cpp", "profiler.md", "Profiler"),
+    ("openreg/torch/csrc/runtime/ActivityProfiler.cpp", "profiler.md", "Profiler"),
     ("openreg/torch/csrc/operators/*", "operators.md", "Operators"),
     ("openreg/torch/csrc/high_level/Autocast.cpp", "amp.md", "AMP"),
     ("openreg/torch/csrc/*", "architecture.md", "Architecture & build"),
@@ -60,7 +61,8 @@ REGISTRATIONS = [
     (r"at::setHostAllocator\(", "`at::setHostAllocator(kPrivateUse1, …)`", "the pinned host allocator"),
     (r"DeviceGuardImplRegistrar", "`c10::impl::DeviceGuardImplRegistrar`", "the device guard"),
     (r"RegisterPrivateUse1HooksInterface\(", "`at::RegisterPrivateUse1HooksInterface`", "the PrivateUse1 hooks"),
-    (r"set_privateuse1_dispatch_ptr", "`DispatchStub::set_privateuse1_dispatch_ptr`", "DispatchStub kernels"),
+    (r"_stub\.set_privateuse1_dispatch_ptr", "`DispatchStub::set_privateuse1_dispatch_ptr`", "DispatchStub kernels"),
+    (r"PrivateUse1ProfilerRegistry", "`torch::profiler::impl::PrivateUse1ProfilerRegistry`", "the Kineto activity profiler"),
     (r"registerPrivateUse1Methods", "`torch::profiler::impl::registerPrivateUse1Methods`", "the profiler's device stubs"),
     (r"pushPRIVATEUSE1CallbacksStub", "`torch::profiler::impl::pushPRIVATEUSE1CallbacksStub`", "the PrivateUse1 profiler observer"),
     (r"TensorBackendMetaRegistry", "`TensorBackendMetaRegistry`", "serialization of backend metadata"),
@@ -104,8 +106,8 @@ def rel(p: Path) -> str:
 
 
 def overrides(text: str):
-    """Names of the methods declared `override` in a C++ file."""
-    names = []
+    """(position, name) of each method declared `override` in a C++ file."""
+    found = []
     for m in re.finditer(r"\boverride\b", text):
         j, depth = text.rfind(")", 0, m.start()), 0
         while j >= 0:
@@ -113,20 +115,24 @@ def overrides(text: str):
             if depth == 0:
                 break
             j -= 1
-        names.append(re.search(r"(~?\w+)\s*$", text[:j]).group(1))
-    return names
+        found.append((m.start(), re.search(r"(~?\w+)\s*$", text[:j]).group(1)))
+    return found
+
+
+CLASS = re.compile(r"(?:struct|class)\s+(\w+)\s*(?:final\s*)?:\s*(?:public\s+)?([\w:]+)")
 
 
 def interfaces() -> str:
     rows = []
-    for path in sources(f"{GLUE}/runtime/*", f"{GLUE}/operators/*"):
+    for path in sources(f"{GLUE}/runtime/*", f"{GLUE}/operators/*", f"{GLUE}/high_level/*"):
         text = path.read_text()
-        found = re.search(r"(?:struct|class)\s+(\w+)\s*(?:final\s*)?:\s*(?:public\s+)?([\w:]+)", text)
-        methods = overrides(text)
-        if not found or not methods or found.group(2) == "Meta":
-            continue
-        ours, base = found.groups()
-        for method in methods:
+        classes = [(m.start(), m.group(1), m.group(2)) for m in CLASS.finditer(text)]
+        for at, method in overrides(text):
+            # The class whose declaration comes last before the method.
+            enclosing = [c for c in classes if c[0] < at]
+            if not enclosing or enclosing[-1][2] == "Meta":
+                continue
+            _, ours, base = enclosing[-1]
             rows.append(f"| `{method}` | `{base}` (`{ours}`) | `{rel(path)}` | {link(rel(path))} |")
     return "| method | interface (our class) | file | chapter |\n|---|---|---|---|\n" + "\n".join(rows)
 
