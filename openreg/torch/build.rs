@@ -21,6 +21,7 @@ fn main() {
         "csrc/runtime/Serialization.cpp",
         "csrc/runtime/Profiler.cpp",
         "csrc/runtime/ActivityProfiler.cpp",
+        "csrc/runtime/Graph.cpp",
         // Operators: registrations, the fallback, and the kernels' C++ side.
         "csrc/operators/Minimal.cpp",
         "csrc/operators/CustomOps.cpp",

@@ -28,6 +28,8 @@ pub enum Error {
     System { call: &'static str, errno: i32 },
     /// Used in a child process forked after the runtime was initialised.
     BadFork,
+    /// Graph capture misuse (graph.rs): a RuntimeError in Python, as for CUDA.
+    Capture(String),
 }
 // ANCHOR_END: error
 
@@ -75,6 +77,7 @@ impl fmt::Display for Error {
                 f,
                 "work on stream {stream} of openreg:{device} failed: {message}"
             ),
+            Error::Capture(msg) => f.write_str(msg),
             Error::BadFork => f.write_str(
                 "Cannot re-initialize OpenReg in forked subprocess. To use OpenReg with \
                  multiprocessing, you must use the 'spawn' start method (the device was used in \

@@ -101,7 +101,7 @@ impl Event {
 
     /// A task that waits for the current latest record, for `Stream::wait_event`; `None` if
     /// there is nothing to wait for.
-    pub(crate) fn pending_record(&self) -> Option<impl FnOnce() + Send + 'static> {
+    pub(crate) fn pending_record(&self) -> Option<impl FnOnce() + Clone + Send + 'static> {
         let target = {
             let s = self.lock();
             if s.completed >= s.recorded {
@@ -120,6 +120,7 @@ impl Event {
 
     /// Milliseconds from `self` to `end`, waiting for both to complete.
     pub fn elapsed_time(&self, end: &Event) -> Result<f64> {
+        crate::graph::check_not_capturing("event elapsed_time", None)?;
         if !self.0.timing || !end.0.timing {
             return Err(Error::TimingDisabled);
         }

@@ -13,6 +13,7 @@
 //! | events | [`event`] |
 //! | fork safety | [`fork`] |
 //! | annotations for profilers | [`trace`] |
+//! | capture and replay | [`graph`] |
 
 pub mod copy;
 pub mod device;
@@ -20,6 +21,7 @@ pub mod error;
 pub mod event;
 mod fault;
 pub mod fork;
+pub mod graph;
 pub mod host;
 pub mod memory;
 pub mod pointer;
@@ -34,6 +36,7 @@ pub use device::{
 pub use error::{Error, Result};
 pub use event::Event;
 pub use fork::is_in_bad_fork;
+pub use graph::{CaptureMode, Graph};
 pub use host::{host_free, host_malloc};
 pub use memory::{device_of, free, host_view, host_view_within, malloc, memory_info, trim};
 pub use pointer::{MemoryType, PointerAttributes, pointer_attributes};

@@ -26,7 +26,7 @@ const WORKER_IDLE: Duration = Duration::from_secs(2);
 /// most kernels take, and a training step waits for its stream several times.
 const POLL: Duration = Duration::from_micros(200);
 
-type Task = Box<dyn FnOnce() + Send + 'static>;
+pub(crate) type Task = Box<dyn FnOnce() + Send + 'static>;
 
 // ANCHOR: stream
 /// A handle to a stream. Streams live as long as the process, so a handle is a reference.
@@ -56,6 +56,8 @@ struct Queue {
     synchronizers: usize,
     /// The first failure since the last synchronize, reported by it.
     error: Option<String>,
+    /// A capture in progress (graph.rs): launches are recorded here instead.
+    capture: Option<crate::graph::Capture>,
 }
 // ANCHOR_END: stream
 
@@ -185,19 +187,44 @@ impl Stream {
     // ANCHOR: launch
     /// Enqueues `task`; it runs on this stream's worker after everything enqueued before it.
     /// A panic inside `task` is caught and reported by the next [`Stream::synchronize`].
-    pub fn launch(&self, task: impl FnOnce() + Send + 'static) -> Result<()> {
+    /// While the stream captures (graph.rs), the task is recorded instead: it must be `Clone`
+    /// so that each replay can run it again.
+    pub fn launch(&self, task: impl FnOnce() + Clone + Send + 'static) -> Result<()> {
         if crate::trace::is_on() {
-            return self.enqueue(Box::new(crate::trace::traced(self.0.device, self.0.id, task)));
+            return self.submit(crate::trace::traced(self.0.device, self.0.id, task));
         }
-        self.enqueue(Box::new(task))
+        self.submit(task)
     }
 
-    fn enqueue(&self, task: Task) -> Result<()> {
+    fn submit<F: FnOnce() + Clone + Send + 'static>(&self, task: F) -> Result<()> {
         crate::fork::check_not_forked()?;
         crate::fork::mark_initialised();
         let mut q = self.lock();
-        q.tasks.push_back(task);
-        q.submitted += 1;
+        if let Some(capture) = q.capture.as_mut() {
+            capture.tasks.push(Box::new(task));
+            return Ok(());
+        }
+        self.push(q, std::iter::once(Box::new(task) as Task))
+    }
+
+    /// Enqueues `tasks` in order (a graph's replay). Not on a capturing stream.
+    pub(crate) fn enqueue_all(&self, tasks: impl Iterator<Item = Task>) -> Result<()> {
+        crate::fork::check_not_forked()?;
+        let q = self.lock();
+        if q.capture.is_some() {
+            return Err(Error::Capture(format!(
+                "openreg:{} stream {} is capturing: a graph cannot be replayed into a capture",
+                self.0.device, self.0.id
+            )));
+        }
+        self.push(q, tasks)
+    }
+
+    fn push(&self, mut q: MutexGuard<'_, Queue>, tasks: impl Iterator<Item = Task>) -> Result<()> {
+        let before = q.tasks.len();
+        q.tasks.extend(tasks);
+        let added = (q.tasks.len() - before) as u64;
+        q.submitted += added;
         if !q.worker_running {
             q.worker_running = true;
             let inner = self.0;
@@ -206,8 +233,8 @@ impl Stream {
                 .spawn(move || worker(inner));
             if let Err(e) = spawned {
                 q.worker_running = false;
-                q.tasks.pop_back();
-                q.submitted -= 1;
+                q.tasks.truncate(before);
+                q.submitted -= added;
                 return Err(Error::System { call: "spawn", errno: e.raw_os_error().unwrap_or(0) });
             }
         }
@@ -222,19 +249,23 @@ impl Stream {
     }
     // ANCHOR_END: launch
 
+    pub(crate) fn with_capture<R>(&self, f: impl FnOnce(&mut Option<crate::graph::Capture>) -> R) -> R {
+        f(&mut self.lock().capture)
+    }
+
     /// Runs `task` on the calling thread at once if the stream is idle, else enqueues it.
     /// Used for markers (event records) and small kernels, which need no thread hop when
     /// nothing is pending: running now, under the queue lock, keeps the stream's order.
-    pub fn run_or_launch(&self, task: impl FnOnce() + Send + 'static) -> Result<()> {
+    pub fn run_or_launch(&self, task: impl FnOnce() + Clone + Send + 'static) -> Result<()> {
         if crate::trace::is_on() {
             return self.run_or_enqueue(crate::trace::traced(self.0.device, self.0.id, task));
         }
         self.run_or_enqueue(task)
     }
 
-    fn run_or_enqueue(&self, task: impl FnOnce() + Send + 'static) -> Result<()> {
+    fn run_or_enqueue(&self, task: impl FnOnce() + Clone + Send + 'static) -> Result<()> {
         let q = self.lock();
-        if q.submitted == q.completed {
+        if q.submitted == q.completed && q.capture.is_none() {
             // A panic must not unwind into the caller (C++): report it like a worker would.
             return catch_unwind(AssertUnwindSafe(task)).map_err(|panic| Error::StreamFailed {
                 stream: self.0.id,
@@ -243,7 +274,7 @@ impl Stream {
             });
         }
         drop(q);
-        self.enqueue(Box::new(task))
+        self.submit(task)
     }
 
     /// True when all work enqueued so far has completed.
@@ -255,6 +286,7 @@ impl Stream {
     /// Blocks until all work enqueued before this call has completed.
     pub fn synchronize(&self) -> Result<()> {
         crate::fork::check_not_forked()?;
+        crate::graph::check_not_capturing("synchronize", Some(*self))?;
         let mut q = self.lock();
         let target = q.submitted;
         q = poll(self.0, q, |q| q.completed >= target);

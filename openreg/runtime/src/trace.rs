@@ -98,8 +98,12 @@ pub fn pop_correlation() {
 // ANCHOR: traced
 /// Wraps a task launched on a stream so that it records itself when it runs. Called by the
 /// stream only while a trace is on.
-pub(crate) fn traced<F: FnOnce() + Send + 'static>(device: usize, stream: u64, task: F) -> impl FnOnce() + Send + 'static {
-    let (name, kind) = launched_from::<F>();
+pub(crate) fn traced<F: FnOnce() + Clone + Send + 'static>(
+    device: usize,
+    stream: u64,
+    task: F,
+) -> impl FnOnce() + Clone + Send + 'static {
+    let (name, kind) = launched_from(std::any::type_name::<F>());
     let correlation = CORRELATION.with(|c| c.borrow().last().copied().unwrap_or(0));
     move || {
         let start_ns = now_ns();
@@ -109,10 +113,21 @@ pub(crate) fn traced<F: FnOnce() + Send + 'static>(device: usize, stream: u64, t
     }
 }
 
-/// "module::function" of the function that created the task (a closure's type name is
-/// `crate::module::function::{{closure}}`), and what kind of work that is.
-fn launched_from<F>() -> (&'static str, Kind) {
-    let full = std::any::type_name::<F>();
+/// A task of a graph's replay, recorded like a launched one; `type_name` is the captured
+/// closure's.
+pub(crate) fn traced_task(type_name: &'static str, device: usize, stream: u64, task: crate::stream::Task) -> crate::stream::Task {
+    let (name, kind) = launched_from(type_name);
+    Box::new(move || {
+        let start_ns = now_ns();
+        task();
+        let end_ns = now_ns();
+        activities().push(Activity { name, kind, device, stream, start_ns, end_ns, correlation: 0 });
+    })
+}
+
+/// "module::function" of the function that created a task, from the closure's type name
+/// (`crate::module::function::{{closure}}`), and what kind of work that is.
+fn launched_from(full: &'static str) -> (&'static str, Kind) {
     let path = full.split("::{{closure}}").next().unwrap_or(full);
     let mut parts = path.rsplitn(3, "::");
     let (function, module) = (parts.next().unwrap_or(path), parts.next().unwrap_or(""));

@@ -69,5 +69,6 @@ void register_fallback();
 void register_serialization();
 void register_profiler();
 void register_activity_profiler();
+void register_graph();
 
 } // namespace openreg

@@ -42,6 +42,7 @@ void register_backend() {
   register_serialization();
   register_profiler();
   register_activity_profiler();
+  register_graph();
 }
 // ANCHOR_END: register_backend
 

@@ -19,6 +19,7 @@ use crate::runtime::host_allocator::{
     empty_host_cache, host_free, host_malloc, host_stats, is_pinned, pointer_device,
     record_host_event, reset_host_stats,
 };
+use crate::runtime::graph::{Graph, graph_capture_begin, graph_capture_end, graph_debug_dump, graph_replay};
 use crate::runtime::profiler::{
     trace_mark, trace_pop_correlation, trace_push_correlation, trace_range_pop, trace_range_push,
     trace_start, trace_stop, trace_take_activities,
@@ -294,7 +295,7 @@ pub(crate) mod ffi {
         fn event_record(event: &Event, device: i64, stream: i64) -> Result<()>;
         fn event_block(event: &Event, device: i64, stream: i64) -> Result<()>;
         fn event_query(event: &Event) -> bool;
-        fn event_synchronize(event: &Event);
+        fn event_synchronize(event: &Event) -> Result<()>;
         fn event_device(event: &Event) -> i8;
         fn event_elapsed_time(start: &Event, end: &Event) -> Result<f64>;
 
@@ -302,6 +303,13 @@ pub(crate) mod ffi {
         fn trace_range_push(name: &[u8]);
         fn trace_range_pop();
         fn trace_mark(name: &[u8]);
+        // Graphs (runtime/graph.rs, csrc/runtime/Graph.cpp).
+        type Graph;
+        fn graph_capture_begin(device: i64, stream: i64, pool: u64, mode: u8) -> Result<u64>;
+        fn graph_capture_end(device: i64, stream: i64) -> Result<Box<Graph>>;
+        fn graph_replay(graph: &Graph) -> Result<()>;
+        fn graph_debug_dump(graph: &Graph, path: &str) -> Result<()>;
+
         // A Kineto session (csrc/runtime/ActivityProfiler.cpp).
         fn trace_start();
         fn trace_stop();

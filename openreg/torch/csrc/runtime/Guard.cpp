@@ -127,7 +127,7 @@ class OpenRegGuardImpl final : public c10::impl::DeviceGuardImplInterface {
 
   void synchronizeEvent(void* event) const override {
     if (event != nullptr) {
-      event_synchronize(as_event(event));
+      call([&] { event_synchronize(as_event(event)); });
     }
   }
 

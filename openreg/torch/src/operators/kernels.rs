@@ -54,7 +54,7 @@ const INLINE: usize = 1 << 20;
 
 // ANCHOR: launch
 /// Queues `task` on `device`'s current stream; small work on an idle stream runs right away.
-fn launch(device: i64, elements: usize, task: impl FnOnce() + Send + 'static) -> Result<()> {
+fn launch(device: i64, elements: usize, task: impl FnOnce() + Clone + Send + 'static) -> Result<()> {
     let stream = rt::current_stream(device)?;
     if elements <= INLINE {
         stream.run_or_launch(task)?;

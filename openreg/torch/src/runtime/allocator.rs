@@ -236,7 +236,11 @@ impl DeviceCache {
             Ok(got) => got,
             Err(rt::Error::OutOfMemory { .. }) => {
                 self.stats.num_alloc_retries += 1;
-                self.release_free_segments();
+                // Releasing waits for the device, which a graph capture forbids: then the
+                // request fails at once, and the capture stays valid.
+                if !rt::graph::any_capturing() {
+                    self.release_free_segments();
+                }
                 // A smaller segment, just the request, may still fit.
                 match attempt(preferred).or_else(|_| attempt(size)) {
                     Ok(got) => got,
@@ -480,6 +484,21 @@ impl DeviceCache {
     }
 }
 
+// ANCHOR: graph_pool
+/// Which free list a new block belongs to: its stream's, or while that stream captures a
+/// graph, the capture's memory pool's. Pool blocks are reused only by captures into the same
+/// pool, so a replay finds its memory as the capture left it.
+fn owner(stream: rt::Stream) -> u64 {
+    const POOL: u64 = 1 << 62;
+    if rt::graph::any_capturing()
+        && let Some(pool) = stream.capture_pool()
+    {
+        return POOL | pool;
+    }
+    stream.id()
+}
+// ANCHOR_END: graph_pool
+
 // ANCHOR: bridge_functions
 /// Allocates `size` bytes on `device` for its current stream.
 pub(crate) fn device_malloc(device: i64, size: usize) -> Result<usize> {
@@ -490,8 +509,8 @@ pub(crate) fn device_malloc(device: i64, size: usize) -> Result<usize> {
     if size == 0 {
         return Ok(0);
     }
-    let stream = rt::current_stream(device)?.id();
-    with_cache(index, |c| c.malloc(size, stream))
+    let stream = rt::current_stream(device)?;
+    with_cache(index, |c| c.malloc(size, owner(stream)))
 }
 
 /// The deleter of every device `DataPtr`. C++ calls it from destructors, so it cannot fail:

@@ -81,8 +81,12 @@ pub(crate) fn event_query(event: &Event) -> bool {
     event.0.query()
 }
 
-pub(crate) fn event_synchronize(event: &Event) {
-    event.0.synchronize()
+/// Waits for the event's latest record; an error during a capture that forbids waiting
+/// (a record captured in a graph completes only when the graph is replayed).
+pub(crate) fn event_synchronize(event: &Event) -> Result<()> {
+    rt::graph::check_not_capturing("event synchronize", None)?;
+    event.0.synchronize();
+    Ok(())
 }
 
 pub(crate) fn event_device(event: &Event) -> i8 {

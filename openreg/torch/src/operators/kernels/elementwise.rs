@@ -47,6 +47,7 @@ pub(crate) enum Source {
 }
 
 /// One elementwise operation, ready to run on a stream's worker.
+#[derive(Clone)] // a graph replays a captured kernel: it runs once per replay
 pub(crate) struct Elementwise {
     pub op: Pointwise,
     pub scalar: f32,

@@ -14,6 +14,7 @@ const PARALLEL_WORK: usize = 1 << 18;
 
 /// `out[b] = beta * out[b] + alpha * (a[b] @ b[b])` for each of `batch` matrices; `out` is
 /// m x n, `a` m x k, `b` k x n; addresses are runtime views, strides are in elements.
+#[derive(Clone)] // a graph replays a captured kernel: it runs once per replay
 pub(crate) struct Matmul {
     pub dtype: Dtype,
     pub batch: usize,

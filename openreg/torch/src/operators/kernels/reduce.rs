@@ -11,6 +11,7 @@ const BLOCK: usize = 4096;
 /// Input elements per parallel task of a full reduction.
 const CHUNK: usize = 1 << 16;
 
+#[derive(Clone)] // a graph replays a captured kernel: it runs once per replay
 pub(crate) struct Reduce {
     pub op: Reduction,
     /// Number of input elements per output (the divisor of `mean`).

@@ -15,6 +15,7 @@ const PARALLEL: usize = 1 << 15;
 /// An operand: runtime-view address and dtype.
 pub(crate) type Operand = (usize, Dtype);
 
+#[derive(Clone)] // a graph replays a captured kernel: it runs once per replay
 pub(crate) struct SoftmaxKernel {
     pub op: Softmax,
     /// The result (output, or grad_input).

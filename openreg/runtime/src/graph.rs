@@ -1,0 +1,229 @@
+//! Graphs: capture the work launched on a stream instead of running it, then replay it as a
+//! whole. A replay puts every captured task on the stream's queue at once, with no host work
+//! per task beyond a clone: that is what removes launch overhead.
+//!
+//! Capture is per stream: while a stream captures, [`Stream::launch`] records each task (a
+//! `Clone` closure, so it can run once per replay) instead of queuing it. Operations that
+//! would wait for work that has not run (synchronising, blocking copies, reading results) are
+//! errors during capture, and invalidate it; which threads they are errors on depends on the
+//! capture mode, as in CUDA.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::thread::ThreadId;
+
+use crate::error::{Error, Result};
+use crate::stream::{Stream, Task};
+
+/// Which threads may not make calls that wait for captured work (CUDA's modes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CaptureMode {
+    /// No thread may; the default.
+    Global,
+    /// Only the capturing thread may not.
+    ThreadLocal,
+    /// Any thread may, except to wait on the capturing stream itself.
+    Relaxed,
+}
+
+/// A captured task: re-runnable because it can be cloned for each replay.
+pub(crate) trait Captured: Send {
+    fn task(&self) -> Task;
+    fn name(&self) -> &'static str;
+}
+
+impl<F: FnOnce() + Clone + Send + 'static> Captured for F {
+    fn task(&self) -> Task {
+        Box::new(self.clone())
+    }
+    fn name(&self) -> &'static str {
+        std::any::type_name::<F>()
+    }
+}
+
+/// A stream's capture in progress.
+pub(crate) struct Capture {
+    pub(crate) tasks: Vec<Box<dyn Captured>>,
+    pool: u64,
+    /// Why the capture can no longer succeed (an operation not permitted during capture).
+    pub(crate) invalid: Option<String>,
+}
+
+/// The captures in progress: (device, stream, mode, capturing thread). Checked by every call
+/// that waits; a count makes the check one atomic load when nothing captures.
+static ACTIVE: Mutex<Vec<(usize, u64, CaptureMode, ThreadId)>> = Mutex::new(Vec::new());
+static CAPTURING: AtomicUsize = AtomicUsize::new(0);
+static NEXT_POOL: AtomicUsize = AtomicUsize::new(1);
+
+fn active() -> std::sync::MutexGuard<'static, Vec<(usize, u64, CaptureMode, ThreadId)>> {
+    ACTIVE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// True while any stream captures (one atomic load).
+pub fn any_capturing() -> bool {
+    CAPTURING.load(Ordering::Relaxed) != 0
+}
+
+/// A new private memory pool id (for a capture given pool 0).
+pub fn new_pool() -> u64 {
+    NEXT_POOL.fetch_add(1, Ordering::Relaxed) as u64
+}
+
+// ANCHOR: check
+/// Called by operations that wait for a stream's work (`what` names the operation; `stream`
+/// is the stream it waits on, if one). An error if a capture forbids it; the capture it
+/// conflicts with is invalidated, so its `end_capture` fails too, and says why.
+pub fn check_not_capturing(what: &str, stream: Option<Stream>) -> Result<()> {
+    if CAPTURING.load(Ordering::Relaxed) == 0 {
+        return Ok(());
+    }
+    let me = std::thread::current().id();
+    let conflict = active().iter().copied().find(|&(device, id, mode, thread)| {
+        let same_stream = stream.is_some_and(|s| s.device() == device && s.id() == id);
+        same_stream
+            || match mode {
+                CaptureMode::Global => true,
+                CaptureMode::ThreadLocal => thread == me,
+                CaptureMode::Relaxed => false,
+            }
+    });
+    let Some((device, id, _, _)) = conflict else { return Ok(()) };
+    let message = format!(
+        "OpenReg error: operation not permitted when stream is capturing: {what} during the \
+         capture of openreg:{device} stream {id} (it would wait for work that has not run); the \
+         capture is invalidated"
+    );
+    if let Ok(stream) = crate::stream::stream_by_id(device as i64, id) {
+        stream.invalidate_capture(&message);
+    }
+    Err(Error::Capture(message))
+}
+// ANCHOR_END: check
+
+/// A finished capture: the tasks of one stream, replayable.
+pub struct Graph {
+    stream: Stream,
+    pool: u64,
+    tasks: Vec<Box<dyn Captured>>,
+}
+
+impl Stream {
+    // ANCHOR: capture
+    /// Starts capturing: work launched on this stream from now on is recorded, not run.
+    /// Allocations made for it come from memory pool `pool` (0: a new private pool); returns
+    /// the pool.
+    pub fn begin_capture(&self, pool: u64, mode: CaptureMode) -> Result<u64> {
+        if self.id() == 0 {
+            return Err(Error::Capture(format!(
+                "capture on the default stream of openreg:{} is not supported: capture on a side \
+                 stream (torch.Stream(device=\"openreg\")), whose work is not mixed with other \
+                 libraries' work on the default stream",
+                self.device()
+            )));
+        }
+        let pool = if pool == 0 { new_pool() } else { pool };
+        self.with_capture(|capture| {
+            if capture.is_some() {
+                return Err(Error::Capture(format!(
+                    "openreg:{} stream {} is already capturing: end that capture first",
+                    self.device(),
+                    self.id()
+                )));
+            }
+            *capture = Some(Capture { tasks: Vec::new(), pool, invalid: None });
+            Ok(())
+        })?;
+        active().push((self.device(), self.id(), mode, std::thread::current().id()));
+        CAPTURING.fetch_add(1, Ordering::Relaxed);
+        Ok(pool)
+    }
+
+    /// Ends the capture and returns what it recorded.
+    pub fn end_capture(&self) -> Result<Graph> {
+        let capture = self.with_capture(|capture| capture.take()).ok_or_else(|| {
+            Error::Capture(format!(
+                "openreg:{} stream {} is not capturing: call capture_begin first",
+                self.device(),
+                self.id()
+            ))
+        })?;
+        let mut list = active();
+        if let Some(i) = list.iter().position(|&(d, id, _, _)| d == self.device() && id == self.id()) {
+            list.remove(i);
+            CAPTURING.fetch_sub(1, Ordering::Relaxed);
+        }
+        drop(list);
+        if let Some(why) = capture.invalid {
+            return Err(Error::Capture(format!("the capture failed: {why}")));
+        }
+        Ok(Graph { stream: *self, pool: capture.pool, tasks: capture.tasks })
+    }
+    // ANCHOR_END: capture
+
+    /// The memory pool of this stream's capture in progress, if any.
+    pub fn capture_pool(&self) -> Option<u64> {
+        self.with_capture(|capture| capture.as_ref().map(|c| c.pool))
+    }
+
+    fn invalidate_capture(&self, why: &str) {
+        self.with_capture(|capture| {
+            if let Some(c) = capture {
+                c.invalid.get_or_insert_with(|| why.to_owned());
+            }
+        });
+    }
+}
+
+impl Graph {
+    // ANCHOR: replay
+    /// Queues every captured task on `stream` (the current one at replay, as CUDA does; it
+    /// must be on the capture's device), in order, under one lock.
+    pub fn replay(&self, stream: Stream) -> Result<()> {
+        if stream.device() != self.stream.device() {
+            return Err(Error::DeviceMismatch {
+                what: "the replay stream",
+                expected: self.stream.device(),
+                found: stream.device(),
+            });
+        }
+        if crate::trace::is_on() {
+            let (device, id) = (stream.device(), stream.id());
+            return stream.enqueue_all(
+                self.tasks.iter().map(|t| crate::trace::traced_task(t.name(), device, id, t.task())),
+            );
+        }
+        stream.enqueue_all(self.tasks.iter().map(|t| t.task()))
+    }
+    // ANCHOR_END: replay
+
+    pub fn stream(&self) -> Stream {
+        self.stream
+    }
+
+    pub fn pool(&self) -> u64 {
+        self.pool
+    }
+
+    pub fn len(&self) -> usize {
+        self.tasks.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.tasks.is_empty()
+    }
+
+    /// A readable listing: one line per task, named after the function that launched it.
+    pub fn describe(&self) -> String {
+        let mut out = format!(
+            "openreg graph: openreg:{} stream {}, memory pool {}, {} tasks\n",
+            self.stream.device(),
+            self.stream.id(),
+            self.pool,
+            self.tasks.len()
+        );
+        for (i, task) in self.tasks.iter().enumerate() {
+            out.push_str(&format!("{i:5}  {}\n", task.name().split("::{{closure}}").next().unwrap_or("?")));
+        }
+        out
+    }
+}
