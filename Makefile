@@ -86,6 +86,7 @@ bench: build
 	$(PY) bench/bench.py
 	$(PY) bench/operators.py
 	$(PY) bench/profiler.py
+	$(PY) bench/graphs.py
 
 bench-build: build
 	$(PY) bench/build_times.py

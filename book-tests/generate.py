@@ -95,6 +95,12 @@ def profiler_bench() -> str:
     return "\n".join(out.splitlines()[1:]) + "\n"
 
 
+def graphs_bench() -> str:
+    out = subprocess.run([PY, str(ROOT / "bench/graphs.py")], check=True, cwd=ROOT,
+                         capture_output=True, text=True).stdout
+    return "\n".join(out.splitlines()[1:]) + "\n"
+
+
 def profiler_trace() -> str:
     return subprocess.run([PY, str(ROOT / "book-tests/trace_picture.py"), str(OUT / "profiler-trace.svg")],
                           check=True, cwd=ROOT, capture_output=True, text=True).stdout
@@ -156,6 +162,8 @@ OUTPUTS = {
     "profiler-bench": (profiler_bench, ["bench/profiler.py", "bench/operators.py", "openreg/runtime/src/trace.rs",
                                         "openreg/runtime/src/stream.rs", "openreg/torch/csrc/runtime/Profiler.cpp",
                                         "openreg/torch/csrc/runtime/ActivityProfiler.cpp", "book-tests/generate.py"]),
+    "graphs-bench": (graphs_bench, ["bench/graphs.py", "openreg/runtime/src/graph.rs", "openreg/runtime/src/stream.rs",
+                                    "openreg/torch/csrc/runtime/Graph.cpp", *KERNELS, "book-tests/generate.py"]),
     "reference": (reference.reference, [*reference.inputs(), "book-tests/generate.py"]),
     "opinfo": (opinfo, ["openreg/python/tests/test_opinfo.py", *KERNELS, "book-tests/generate.py"]),
     **crate_diffs(),
