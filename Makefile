@@ -42,14 +42,16 @@ $(STAMP): requirements.txt
 # ANCHOR_END: setup
 
 # ANCHOR: build
-# The first build installs torch_openreg into the venv (editable, with its torch.backends entry
-# point); later builds only rebuild the extension module in place.
+# The first build installs torch_openreg into the venv (editable, with its entry points); later
+# builds only rebuild the extension module in place, until pyproject.toml changes.
+INSTALLED := $(VENV)/.openreg-$(shell cat openreg/python/pyproject.toml | sha1sum | cut -c1-12)
 build: setup
-	@if $(PY) -c "import importlib.metadata as m; m.version('torch_openreg')" 2>/dev/null; \
-	then skip=--skip-install; else skip=; fi; \
+	@if [ -e $(INSTALLED) ] && $(PY) -c "import importlib.metadata as m; m.version('torch_openreg')" 2>/dev/null; \
+	then skip=--skip-install; else skip=; rm -f $(VENV)/.openreg-*; fi; \
 	VIRTUAL_ENV=$(abspath $(VENV)) CXX="$(CXX_CMD)" $(VENV)/bin/maturin develop --release $$skip \
 	  -m openreg/python/Cargo.toml 2>&1 \
-	  | grep -v -e "Requirement already satisfied" -e "patchelf"
+	  | grep -v -e "Requirement already satisfied" -e "patchelf"; \
+	touch $(INSTALLED)
 # ANCHOR_END: build
 
 test: build test-rust test-python test-book

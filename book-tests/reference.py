@@ -48,6 +48,7 @@ CHAPTERS = [
     (f"{PACKAGE}/openreg/amp/*", "amp.md", "AMP"),
     (f"{PACKAGE}/openreg/custom_ops.py", "operators.md", "Operators"),
     (f"{PACKAGE}/openreg/profiler.py", "profiler.md", "Profiler"),
+    (f"{PACKAGE}/openreg/_dynamo.py", "compile.md", "torch.compile"),
     (f"{PACKAGE}/openreg/*", "frontend.md", "Device module & generated methods"),
 ]
 # ANCHOR_END: chapters
@@ -77,6 +78,8 @@ REGISTRATIONS = [
     (r"torch\.library\.register_fake", "`torch.library.register_fake`", "a custom operator's meta kernel"),
     (r"torch\.library\.register_autograd", "`torch.library.register_autograd`", "a custom operator's backward"),
     (r"\"torch\.backends\"", "entry point group `torch.backends`", "autoload at `import torch`"),
+    (r"torch_dynamo_backends", "entry point group `torch_dynamo_backends`", "the `openreg` Dynamo backend"),
+    (r"register_interface_for_device", "`torch._dynamo.device_interface.register_interface_for_device`", "the Dynamo device interface"),
 ]
 
 DISPATCH_KEYS = {

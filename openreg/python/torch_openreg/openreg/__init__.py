@@ -151,6 +151,11 @@ from ._legacy import *  # noqa: E402,F403
 from ._legacy import __all__ as _legacy_all  # noqa: E402
 from .random import *  # noqa: E402,F403
 from .random import __all__ as _random_all  # noqa: E402
+from .streams import *  # noqa: E402,F403
+from .streams import __all__ as _streams_all  # noqa: E402
+from . import _dynamo  # noqa: E402
+
+_dynamo.install()  # torch.compile finds the device once Dynamo loads (see _dynamo.py)
 
 __all__ = [
     "current_device",
@@ -166,5 +171,6 @@ __all__ = [
     "set_device",
     "synchronize",
     *_random_all,
+    *_streams_all,
     *_legacy_all,
 ]

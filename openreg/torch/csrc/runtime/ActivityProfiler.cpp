@@ -55,10 +55,16 @@ class OpenRegSession final : public libkineto::IActivityProfilerSession {
   }
 
   // Work launched inside the window may still be queued: let every stream finish first.
+  // Kineto calls this from C++ that does not expect exceptions (a graph capture in progress
+  // refuses the wait): the error is reported through errors() instead.
   void stop() override {
     const c10::impl::VirtualGuardImpl guard(kOpenReg);
     for (c10::DeviceIndex i = 0; i < guard.deviceCount(); ++i) {
-      guard.synchronizeDevice(i);
+      try {
+        guard.synchronizeDevice(i);
+      } catch (const c10::Error& e) {
+        errors_.push_back(e.what_without_backtrace());
+      }
     }
     trace_stop();
     status_ = libkineto::TraceStatus::PROCESSING;
@@ -109,7 +115,7 @@ class OpenRegSession final : public libkineto::IActivityProfilerSession {
     buffer_->gpuOpCount = static_cast<int>(buffer_->activities.size());
   }
 
-  std::vector<std::string> errors() override { return {}; }
+  std::vector<std::string> errors() override { return errors_; }
 
   std::unique_ptr<libkineto::DeviceInfo> getDeviceInfo() override { return nullptr; }
 
@@ -133,6 +139,7 @@ class OpenRegSession final : public libkineto::IActivityProfilerSession {
   int64_t offset_ns_ = 0;
   std::unique_ptr<libkineto::CpuTraceBuffer> buffer_;
   std::set<std::pair<int64_t, uint64_t>> streams_;
+  std::vector<std::string> errors_;
 };
 // ANCHOR_END: session
 

@@ -1,0 +1,150 @@
+"""torch.compile on openreg, Dynamo's side: the device interface, the `openreg` backend (and
+aot_eager), graphs and graph breaks, guards on the device, dynamic shapes, training, autocast,
+the default device, and errors that match eager."""
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+import torch._dynamo
+from torch._dynamo.testing import CompileCounter
+
+
+@pytest.fixture(autouse=True)
+def _fresh_dynamo():
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+def test_the_interface_is_registered_when_dynamo_loads_not_before():
+    code = textwrap.dedent("""
+        import sys, torch
+        assert "torch._dynamo" not in sys.modules, "import torch must not load Dynamo"
+        from torch._dynamo.device_interface import get_interface_for_device
+        I = get_interface_for_device("openreg")
+        with I.device(1):
+            assert I.current_device() == 1
+        assert I.device_count() == 2 and I.is_available()
+        assert I.get_raw_stream(0) == torch.accelerator.current_stream(0).native_handle
+        assert isinstance(I.Stream(), torch.Stream) and I.exposes_streams()
+        assert I.get_device_properties(0).total_memory > 0
+        print("ok")
+    """)
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert run.stdout.strip() == "ok", run.stderr
+
+
+def fused(x, w, b):
+    return torch.nn.functional.silu(x * w + b).sum(-1)
+
+
+@pytest.mark.parametrize("backend", ["openreg", "aot_eager", "eager"])
+def test_backends_match_eager_and_cpu(backend):
+    x, w, b = (torch.randn(4, 8, device="openreg") for _ in range(3))
+    got = torch.compile(fused, backend=backend, fullgraph=True)(x, w, b)
+    assert got.device == torch.device("openreg:0")
+    torch.testing.assert_close(got.cpu(), fused(x.cpu(), w.cpu(), b.cpu()))
+
+
+def test_the_openreg_backend_decomposes_what_the_device_lacks():
+    x, w, b = (torch.randn(4, 8, device="openreg") for _ in range(3))
+    compiled = torch.compile(fused, backend="openreg")
+    compiled(x, w, b)
+    torch.openreg.reset_fallback_counts()
+    fused(x, w, b)
+    assert "aten::silu.out" in torch.openreg.fallback_counts()  # eager: silu runs on the CPU
+    torch.openreg.reset_fallback_counts()
+    compiled(x, w, b)
+    assert torch.openreg.fallback_counts() == {}  # compiled: x * sigmoid(x), on the device
+
+
+# ANCHOR: guards
+def test_guards_recompile_on_a_device_change_not_on_a_new_tensor():
+    counter = CompileCounter()
+    f = torch.compile(lambda x: x * 2 + 1, backend=counter)
+    f(torch.ones(3, device="openreg:0"))
+    f(torch.zeros(3, device="openreg:0"))  # same shape and device: no recompile
+    assert counter.frame_count == 1
+    out = f(torch.ones(3, device="openreg:1"))
+    assert counter.frame_count == 2 and out.device == torch.device("openreg:1")
+    f(torch.ones(3))  # the CPU is another device too
+    assert counter.frame_count == 3
+# ANCHOR_END: guards
+
+
+def test_graph_breaks_are_counted_where_expected():
+    def f(x):
+        y = x.sin() + 1
+        print("a graph break")  # noqa: T201  (Python side effect: Dynamo breaks the graph)
+        return y.relu() * 2
+
+    x = torch.randn(5, device="openreg")
+    explanation = torch._dynamo.explain(f)(x)
+    assert explanation.graph_break_count == 1 and explanation.graph_count == 2
+    with pytest.raises(torch._dynamo.exc.Unsupported):
+        torch.compile(f, backend="openreg", fullgraph=True)(x)
+
+
+def test_dynamic_shapes_one_graph_for_many_sizes():
+    counter = CompileCounter()
+    f = torch.compile(lambda x: (x * x).sum(0), backend=counter, dynamic=True)
+    for n in [3, 5, 9, 17]:
+        x = torch.randn(n, 4, device="openreg")
+        torch.testing.assert_close(f(x).cpu(), (x.cpu() * x.cpu()).sum(0))
+    assert counter.frame_count == 1
+
+
+def test_training_a_compiled_module_matches_eager():
+    def run(compile_it):
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4)).to("openreg")
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        step_model = torch.compile(model, backend="openreg", fullgraph=True) if compile_it else model
+        x, target = torch.randn(8, 16, device="openreg"), torch.randn(8, 4, device="openreg")
+        losses = []
+        for _ in range(3):
+            optimizer.zero_grad()
+            loss = ((step_model(x) - target) ** 2).mean()
+            loss.backward()
+            optimizer.step()
+            losses.append(loss.item())
+        return losses, [p.detach().cpu() for p in model.parameters()]
+
+    (eager_losses, eager_params), (compiled_losses, compiled_params) = run(False), run(True)
+    torch.testing.assert_close(compiled_losses, eager_losses)
+    for a, b in zip(compiled_params, eager_params):
+        torch.testing.assert_close(a, b)
+
+
+def test_autocast_and_the_default_device_inside_compiled_code():
+    @torch.compile(backend="openreg", fullgraph=True)
+    def f(a, b):
+        with torch.autocast("openreg", dtype=torch.bfloat16):
+            product = a @ b
+        return product, torch.ones(2)  # the default device decides where this lives
+
+    a, b = torch.randn(4, 4, device="openreg"), torch.randn(4, 4, device="openreg")
+    product, _ = f(a, b)
+    assert product.dtype == torch.bfloat16 and product.device.type == "openreg"
+    torch.testing.assert_close(product.float().cpu(), a.cpu() @ b.cpu(), rtol=2e-2, atol=2e-2)
+    torch.set_default_device("openreg")
+    try:
+        torch._dynamo.reset()
+        _, ones = f(a, b)
+        assert ones.device == torch.device("openreg:0")
+    finally:
+        torch.set_default_device(None)
+
+
+@pytest.mark.parametrize("other", ["openreg:1", "cpu"])
+def test_mixed_devices_raise_the_eager_error(other):
+    x, y = torch.ones(3, device="openreg:0"), torch.ones(3, device=other)
+    with pytest.raises(RuntimeError) as eager:
+        torch.add(x, y)
+    with pytest.raises(RuntimeError) as compiled:
+        torch.compile(torch.add, backend="openreg")(x, y)
+    assert "Expected all tensors to be on the same device" in str(eager.value)
+    assert "Expected all tensors to be on the same device" in str(compiled.value)
