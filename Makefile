@@ -59,8 +59,9 @@ test: build test-rust test-python test-book
 test-rust:
 	CXX="$(CXX_CMD)" cargo test --release -p openreg-runtime -p openreg-torch
 
+# Compile tests keep Inductor's cache in the build tree: a second run reuses what the first compiled.
 test-python: build
-	$(PY) -m pytest -q openreg/python/tests
+	TORCHINDUCTOR_CACHE_DIR=$(abspath target/inductor-cache) $(PY) -m pytest -q openreg/python/tests
 
 # ANCHOR: book
 # The book: build it (html, rendered markdown, linkcheck2), then check it. Rust blocks run

@@ -101,6 +101,41 @@ def graphs_bench() -> str:
     return "\n".join(out.splitlines()[1:]) + "\n"
 
 
+COMPILE_CODE = r"""
+import re, torch
+from torch._inductor.utils import run_and_get_code
+
+def f(x, w, b):
+    return torch.nn.functional.gelu(x * w + b).sum(-1)
+
+x, w, b = torch.randn(64, 128, device="openreg"), torch.randn(128, device="openreg"), torch.randn(128, device="openreg")
+_, (code, *_) = run_and_get_code(torch.compile(f), x, w, b)
+lines = code.splitlines()
+start = next(i for i, l in enumerate(lines) if "CompiledKernel([" in l)
+first = next(i for i in range(start, len(lines)) if 'extern "C"' in lines[i])
+signature = []
+for l in lines[first:]:
+    signature.append(l.strip())
+    if ")" in l:
+        break
+signature = " ".join(" ".join(signature).split())
+body = lines[next(i for i, l in enumerate(lines) if l.strip().startswith("def call(self, args)")):]
+body = body[:next(i for i, l in enumerate(body) if l.startswith("runner = "))]
+print(lines[start])
+print("    ...")
+print(signature)
+print("    ...  (the C++ loop nest, vectorised)")
+print()
+print("\n".join(l for l in body if l.strip()))
+"""
+
+
+def compile_code() -> str:
+    with tempfile.TemporaryDirectory() as cache:
+        return subprocess.run([PY, "-c", COMPILE_CODE], check=True, cwd=ROOT, capture_output=True, text=True,
+                              env={**os.environ, "TORCHINDUCTOR_CACHE_DIR": cache}).stdout
+
+
 def profiler_trace() -> str:
     return subprocess.run([PY, str(ROOT / "book-tests/trace_picture.py"), str(OUT / "profiler-trace.svg")],
                           check=True, cwd=ROOT, capture_output=True, text=True).stdout
@@ -164,6 +199,8 @@ OUTPUTS = {
                                         "openreg/torch/csrc/runtime/ActivityProfiler.cpp", "book-tests/generate.py"]),
     "graphs-bench": (graphs_bench, ["bench/graphs.py", "openreg/runtime/src/graph.rs", "openreg/runtime/src/stream.rs",
                                     "openreg/torch/csrc/runtime/Graph.cpp", *KERNELS, "book-tests/generate.py"]),
+    "compile-code": (compile_code, ["openreg/python/torch_openreg/openreg/_inductor.py",
+                                    "openreg/python/torch_openreg/openreg/_dynamo.py", "book-tests/generate.py"]),
     "reference": (reference.reference, [*reference.inputs(), "book-tests/generate.py"]),
     "opinfo": (opinfo, ["openreg/python/tests/test_opinfo.py", *KERNELS, "book-tests/generate.py"]),
     **crate_diffs(),

@@ -49,6 +49,8 @@ CHAPTERS = [
     (f"{PACKAGE}/openreg/custom_ops.py", "operators.md", "Operators"),
     (f"{PACKAGE}/openreg/profiler.py", "profiler.md", "Profiler"),
     (f"{PACKAGE}/openreg/_dynamo.py", "compile.md", "torch.compile"),
+    (f"{PACKAGE}/openreg/_inductor.py", "compile.md", "torch.compile"),
+    ("openreg/python/src/compiled.rs", "compile.md", "torch.compile"),
     (f"{PACKAGE}/openreg/*", "frontend.md", "Device module & generated methods"),
 ]
 # ANCHOR_END: chapters
@@ -79,6 +81,9 @@ REGISTRATIONS = [
     (r"torch\.library\.register_autograd", "`torch.library.register_autograd`", "a custom operator's backward"),
     (r"\"torch\.backends\"", "entry point group `torch.backends`", "autoload at `import torch`"),
     (r"torch_dynamo_backends", "entry point group `torch_dynamo_backends`", "the `openreg` Dynamo backend"),
+    (r"def _inductor_backend_init", "`torch.openreg._inductor_backend_init`", "Inductor's vendor hook"),
+    (r"register_backend_for_device\(", "`torch._inductor.codegen.common.register_backend_for_device`", "Inductor's code generation for the device"),
+    (r"register_device_op_overrides\(", "`torch._inductor.codegen.common.register_device_op_overrides`", "the device snippets of Inductor's wrapper"),
     (r"register_interface_for_device", "`torch._dynamo.device_interface.register_interface_for_device`", "the Dynamo device interface"),
 ]
 

@@ -10,6 +10,8 @@ use pyo3::prelude::*;
 use pyo3::types::PyType;
 
 use openreg_runtime as rt;
+
+mod compiled;
 use openreg_torch::error::{ErrorKind, kind_of};
 
 // ANCHOR: errors
@@ -106,6 +108,13 @@ fn _get_default_generator<'py>(py: Python<'py>, device: i64) -> PyResult<Bound<'
         .call_method1("_accelerator_getDefaultGenerator", (device,))
 }
 
+/// Queues a compiled kernel (Inductor's C++) on the current stream of its tensors' device;
+/// `args`: `(is_tensor, data_ptr or integer, storage base, storage bytes)` per argument.
+#[pyfunction]
+fn _launch_compiled(function: usize, args: Vec<compiled::Arg>) -> PyResult<()> {
+    compiled::launch(function, &args).map_err(PyRuntimeError::new_err)
+}
+
 /// Starts recording the runtime's profiler annotations (ranges and marks).
 #[pyfunction]
 fn _trace_start() {
@@ -153,6 +162,7 @@ fn openreg_c(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(_init, m)?)?;
     m.add_function(wrap_pyfunction!(_is_in_bad_fork, m)?)?;
     m.add_function(wrap_pyfunction!(_trace_start, m)?)?;
+    m.add_function(wrap_pyfunction!(_launch_compiled, m)?)?;
     m.add_function(wrap_pyfunction!(_trace_stop, m)?)?;
     m.add_function(wrap_pyfunction!(_get_device_count, m)?)?;
     m.add_function(wrap_pyfunction!(_get_device, m)?)?;

@@ -148,3 +148,72 @@ def test_mixed_devices_raise_the_eager_error(other):
         torch.compile(torch.add, backend="openreg")(x, y)
     assert "Expected all tensors to be on the same device" in str(eager.value)
     assert "Expected all tensors to be on the same device" in str(compiled.value)
+
+
+# --- Inductor: the default backend generates C++ kernels that run on the device ---
+
+from torch._inductor.utils import run_and_get_code  # noqa: E402
+
+
+def gelu_chain(x, w, b):
+    return torch.nn.functional.gelu(x * w + b).sum(-1)
+
+
+# ANCHOR: inductor
+@pytest.mark.parametrize("device", ["openreg:0", "openreg:1"])
+def test_inductor_fuses_a_pointwise_chain_into_one_device_kernel(device):
+    x, w, b = (torch.randn(*s, device=device) for s in [(64, 128), (128,), (128,)])
+    out, (code, *_) = run_and_get_code(torch.compile(gelu_chain), x, w, b)
+    assert out.device == torch.device(device)
+    torch.testing.assert_close(out.cpu(), gelu_chain(x.cpu(), w.cpu(), b.cpu()), rtol=1e-4, atol=1e-4)
+    assert code.count("CompiledKernel(") == 1, "one fused kernel"
+    assert "cpp_fused_add_gelu_mul_sum_0(" in code and "device='openreg'" in code
+# ANCHOR_END: inductor
+
+
+def test_inductor_calls_native_kernels_for_matrix_products_and_trains_like_eager():
+    def run(compile_it):
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.GELU(), torch.nn.Linear(64, 8)).to("openreg")
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        forward = torch.compile(model) if compile_it else model
+        x, target = torch.randn(16, 32, device="openreg"), torch.randn(16, 8, device="openreg")
+        losses = []
+        for _ in range(3):
+            optimizer.zero_grad()
+            loss = ((forward(x) - target) ** 2).mean()
+            loss.backward()
+            optimizer.step()
+            losses.append(loss.item())
+        return losses, [p.detach().cpu() for p in model.parameters()]
+
+    (eager_losses, eager_params), (losses, params) = run(False), run(True)
+    torch.testing.assert_close(losses, eager_losses, rtol=1e-4, atol=1e-5)
+    for a, b in zip(params, eager_params):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+    x = torch.randn(4, 32, device="openreg")
+    _, (code, *_) = run_and_get_code(torch.compile(torch.nn.Linear(32, 8).to("openreg")), x)
+    assert "extern_kernels.addmm(" in code  # the matrix product is our native kernel
+
+
+def test_inductor_dynamic_shapes():
+    f = torch.compile(gelu_chain, dynamic=True)
+    for n in [5, 9, 33]:
+        x, w, b = torch.randn(n, 16, device="openreg"), torch.randn(16, device="openreg"), torch.randn(16, device="openreg")
+        torch.testing.assert_close(f(x, w, b).cpu(), gelu_chain(x.cpu(), w.cpu(), b.cpu()), rtol=1e-4, atol=1e-4)
+
+
+def test_a_second_process_reuses_the_compile_cache(tmp_path):
+    code = textwrap.dedent("""
+        import torch
+        from torch._dynamo.utils import counters
+        x = torch.randn(8, 8, device="openreg")
+        torch.compile(lambda x: torch.nn.functional.gelu(x * 2 + 1).sum(-1))(x)
+        print(counters["inductor"]["fxgraph_cache_hit"], counters["inductor"]["fxgraph_cache_miss"])
+    """)
+    env = {**__import__("os").environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path)}
+    runs = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600, env=env)
+            for _ in range(2)]
+    for run in runs:
+        assert run.returncode == 0, run.stderr[-3000:]
+    assert runs[0].stdout.split() == ["0", "1"] and runs[1].stdout.split() == ["1", "0"]

@@ -157,6 +157,13 @@ from . import _dynamo  # noqa: E402
 
 _dynamo.install()  # torch.compile finds the device once Dynamo loads (see _dynamo.py)
 
+
+def _inductor_backend_init() -> None:
+    """Inductor's vendor hook: called once, the first time Inductor compiles for openreg."""
+    from . import _inductor
+
+    _inductor.init()
+
 __all__ = [
     "current_device",
     "device",

@@ -79,8 +79,14 @@ def _interface():
 
         @classmethod
         def get_cache_system_info(cls):
-            # Compiled code is valid for this runtime's build of the kernels.
-            return {"device": "openreg", "torch_openreg": openreg._C._torch_version}
+            # Part of Inductor's cache key: code compiled by another version of our code
+            # generation (or against another torch) must not be reused.
+            import hashlib
+            from pathlib import Path
+
+            codegen = (Path(__file__).parent / "_inductor.py").read_bytes()
+            return {"device": "openreg", "torch": openreg._C._torch_version,
+                    "codegen": hashlib.sha256(codegen).hexdigest()[:16]}
 
     return OpenRegInterface
 # ANCHOR_END: interface

@@ -1,0 +1,138 @@
+"""Inductor for openreg: ``torch.compile``'s default backend generates C++ kernels for the device.
+
+Inductor calls ``torch.openreg._inductor_backend_init()`` the first time it compiles for the
+device. We reuse Inductor's C++ code generation (the CPU's: our device computes on the host's
+cores) and change what happens around a kernel: it is compiled into a plain C library, and the
+generated wrapper calls it through a launcher that hands the runtime's read/write view of each
+tensor's memory to the kernel and runs it on the current stream's worker, in order with all
+other device work. Outputs are allocated by the wrapper with ``torch.empty_strided(...,
+device="openreg")``: our caching allocator.
+"""
+
+import ctypes
+
+import torch
+
+from .. import _C
+
+
+# ANCHOR: launcher
+class CompiledKernel:
+    """What the generated wrapper calls: a compiled C kernel, launched on the device."""
+
+    def __init__(self, arg_types, compiled):
+        bad = [t for t in arg_types if not (t.endswith("*") or "int64_t" in t)]
+        if bad:
+            raise NotImplementedError(f"openreg kernels take pointers and int64_t sizes, not {bad}")
+        self.compiled = compiled  # a ctypes function, or a future of one
+        self.address = None
+
+    def __call__(self, *args):
+        if self.address is None:
+            function = self.compiled.result() if hasattr(self.compiled, "result") else self.compiled
+            self.address = ctypes.cast(function, ctypes.c_void_p).value
+        _C._launch_compiled(self.address, [
+            (True, a.data_ptr(), a.untyped_storage().data_ptr(), a.untyped_storage().nbytes())
+            if isinstance(a, torch.Tensor) else (False, int(a), 0, 0)
+            for a in args
+        ])
+# ANCHOR_END: launcher
+
+
+def get_raw_stream(device_index: int) -> int:
+    return torch.accelerator.current_stream(device_index).native_handle
+
+
+# ANCHOR: init
+def init() -> None:
+    from torch._inductor import config
+    from torch._inductor.codegen.common import (
+        DeviceOpOverrides,
+        register_backend_for_device,
+        register_device_op_overrides,
+    )
+    from torch._inductor.codegen.cpp import CppScheduling
+    from torch._inductor.codegen.cpp_utils import DTYPE_TO_CPP  # noqa: F401  (imports cpp codegen)
+    from torch._inductor.codegen.cpp_wrapper_cpu import CppWrapperCpu
+    from torch._inductor.codegen.common import IndentedBuffer
+    from torch._inductor.codegen.wrapper import PythonWrapperCodegen
+    from torch._inductor.utils import Placeholder, get_fused_kernel_name
+    from torch._inductor.virtualized import V
+
+    class OpenRegScheduling(CppScheduling):
+        """Inductor's C++ kernels, compiled into a plain C library and wrapped for launch."""
+
+        def define_kernel(self, src_code, nodes, kernel_args=None):
+            wrapper = V.graph.wrapper_code
+            if src_code in wrapper.src_to_kernel:
+                return wrapper.src_to_kernel[src_code]
+            fused = get_fused_kernel_name(nodes, config.cpp.descriptive_names) if config.cpp.descriptive_names else ""
+            name = "_".join(["cpp", fused, wrapper.next_kernel_suffix()])
+            wrapper.src_to_kernel[src_code] = name
+            source = (src_code.replace(str(Placeholder.KERNEL_NAME), "kernel")
+                      .replace(str(Placeholder.DESCRIPTIVE_NAME), name).replace("#pragma CMT", "//"))
+            _, _, arg_types = (self.kernel_group.args if kernel_args is None else kernel_args).cpp_argdefs()
+            wrapper.add_import_once("from torch_openreg.openreg._inductor import CompiledKernel")
+            body = IndentedBuffer()
+            body.writeline(f"CompiledKernel({arg_types!r}, async_compile.cpp(r'''")
+            body.splice(source, strip=True)
+            body.writeline("'''))")
+            wrapper.define_kernel(name, body.getvalue(), gpu=False)
+            return name
+
+    class OpenRegWrapperCodegen(PythonWrapperCodegen):
+        """The Python wrapper, with kernel calls for the device."""
+
+        @staticmethod
+        def create(is_subgraph, subgraph_name, parent_wrapper, partition_signatures=None):
+            if is_subgraph:
+                raise NotImplementedError("openreg: Inductor subgraphs are not supported")
+            return OpenRegWrapperCodegen()
+
+        def make_allocation(self, name, device, dtype, shape, stride, allocation_shape=None, is_pinned=False):
+            # Inductor names only the device type and relies on a device guard, which it
+            # writes for GPU-class devices only: name the index instead.
+            line = super().make_allocation(name, device, dtype, shape, stride, allocation_shape, is_pinned)
+            if device.type == "openreg" and device.index is not None:
+                line = line.replace("device='openreg'", f"device='{device}'")
+            return line
+
+        def _generate_kernel_call_helper(self, kernel_name, call_args, *, device=None, triton=True, **kwargs):
+            device = device or V.graph.get_current_device_or_throw()
+            if device.type == "openreg" and not triton:
+                self.writeline(self.wrap_kernel_call(kernel_name, call_args))
+                return
+            super()._generate_kernel_call_helper(kernel_name, call_args, device=device, triton=triton, **kwargs)
+
+    class OpenRegDeviceOpOverrides(DeviceOpOverrides):
+        """The snippets the wrapper writes for the device."""
+
+        def import_get_raw_stream_as(self, name):
+            return f"from torch_openreg.openreg._inductor import get_raw_stream as {name}"
+
+        def set_device(self, device_idx):
+            return f"torch.openreg.set_device({device_idx})"
+
+        def synchronize(self):
+            return "torch.openreg.synchronize()"
+
+        def device_guard(self, device_idx):
+            return f"torch.openreg.device({device_idx})"
+
+        def aten_device_type(self):
+            return "at::kPrivateUse1"
+
+    register_backend_for_device("openreg", OpenRegScheduling, OpenRegWrapperCodegen, CppWrapperCpu)
+    register_device_op_overrides("openreg", OpenRegDeviceOpOverrides())
+
+    # Inductor's scheduler picks its fusion rules by `node.is_cpu()`, which means "device type
+    # cpu"; our kernels are the CPU's C++ kernels, so they need the CPU's rules (the others
+    # assume GPU-style loop groups and fail). The one patch of Inductor we make.
+    from torch._inductor.scheduler import BaseSchedulerNode
+
+    def is_cpu(node) -> bool:
+        device = node.get_device()
+        return device is not None and device.type in ("cpu", "openreg")
+
+    BaseSchedulerNode.is_cpu = is_cpu
+# ANCHOR_END: init
