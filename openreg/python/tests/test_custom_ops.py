@@ -60,3 +60,20 @@ def test_cpp_autograd_functions(name):
     assert y.data_ptr() == x.data_ptr(), "returns the input (or a view of it), no copy"
     (y * 3).sum().backward()
     assert torch.equal(x.grad.cpu(), torch.full((4,), 1.5))  # the custom backward halves 3
+
+
+# ANCHOR: opcheck
+def test_every_openreg_operator_passes_opcheck_and_compiles_without_a_graph_break():
+    names = sorted(n.split("::", 1)[1] for n in torch._C._dispatch_get_all_op_names() if n.startswith("openreg::"))
+    assert names, "no openreg:: operators registered"
+    x = torch.randn(3, 4, device="openreg", requires_grad=True)
+    for name in names:
+        op = getattr(torch.ops.openreg, name).default
+        # opcheck's autograd-registration check supports only CPU, CUDA and XPU devices
+        # (torch 2.15); schema, FakeTensor and AOT-dispatch checks run on ours.
+        results = torch.library.opcheck(op, (x,), test_utils=("test_schema", "test_faketensor",
+                                                             "test_aot_dispatch_dynamic"))
+        assert set(results.values()) == {"SUCCESS"}, (name, results)
+        compiled = torch.compile(lambda t, op=op: op(t) * 2, backend="openreg", fullgraph=True)
+        torch.testing.assert_close(compiled(x).cpu(), (op(x) * 2).cpu())
+# ANCHOR_END: opcheck

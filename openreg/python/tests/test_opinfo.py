@@ -133,6 +133,27 @@ class TestOpInfo(TestCase):
             COUNTS["backward"] += 1
 
 
+    # ANCHOR: fake
+    @ops(OPS, dtypes=OpDTypes.supported, allowed_dtypes=(torch.float32, torch.float16, torch.int64))
+    def test_fake_tensors_match_the_device(self, device, dtype, op):
+        """torch.compile traces with FakeTensors: each operator's meta function must give the
+        shape, strides, dtype and device that the openreg kernel produces."""
+        from torch._subclasses.fake_tensor import FakeTensorMode
+
+        for sample in op.sample_inputs(device, dtype):
+            actual = op(sample.input, *sample.args, **sample.kwargs)
+            with FakeTensorMode(allow_non_fake_inputs=False) as mode:
+                fake_args = tree_map(lambda t: mode.from_tensor(t) if isinstance(t, torch.Tensor) else t,
+                                     (sample.input, sample.args, sample.kwargs))
+                fake = op(fake_args[0], *fake_args[1], **fake_args[2])
+            for real, meta in zip(tensors(actual), tensors(fake)):
+                self.assertEqual((meta.shape, meta.dtype, meta.device), (real.shape, real.dtype, real.device))
+                if real.numel() > 1:
+                    self.assertEqual(meta.stride(), real.stride())
+            COUNTS["fake"] += 1
+    # ANCHOR_END: fake
+
+
 instantiate_device_type_tests(TestOpInfo, globals(), only_for="openreg")
 # ANCHOR_END: test
 
