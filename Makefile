@@ -90,6 +90,7 @@ bench: build
 	$(PY) bench/operators.py
 	$(PY) bench/profiler.py
 	$(PY) bench/graphs.py
+	$(PY) bench/compile.py
 
 bench-build: build
 	$(PY) bench/build_times.py

@@ -136,6 +136,12 @@ def compile_code() -> str:
                               env={**os.environ, "TORCHINDUCTOR_CACHE_DIR": cache}).stdout
 
 
+def compile_bench() -> str:
+    out = subprocess.run([PY, str(ROOT / "bench/compile.py")], check=True, cwd=ROOT,
+                         capture_output=True, text=True).stdout
+    return "\n".join(out.splitlines()[1:]) + "\n"
+
+
 def profiler_trace() -> str:
     return subprocess.run([PY, str(ROOT / "book-tests/trace_picture.py"), str(OUT / "profiler-trace.svg")],
                           check=True, cwd=ROOT, capture_output=True, text=True).stdout
@@ -201,6 +207,8 @@ OUTPUTS = {
                                     "openreg/torch/csrc/runtime/Graph.cpp", *KERNELS, "book-tests/generate.py"]),
     "compile-code": (compile_code, ["openreg/python/torch_openreg/openreg/_inductor.py",
                                     "openreg/python/torch_openreg/openreg/_dynamo.py", "book-tests/generate.py"]),
+    "compile-bench": (compile_bench, ["bench/compile.py", "openreg/python/torch_openreg/openreg/_inductor.py",
+                                      "openreg/python/src/compiled.rs", *KERNELS, "book-tests/generate.py"]),
     "reference": (reference.reference, [*reference.inputs(), "book-tests/generate.py"]),
     "opinfo": (opinfo, ["openreg/python/tests/test_opinfo.py", *KERNELS, "book-tests/generate.py"]),
     **crate_diffs(),

@@ -217,3 +217,43 @@ def test_a_second_process_reuses_the_compile_cache(tmp_path):
     for run in runs:
         assert run.returncode == 0, run.stderr[-3000:]
     assert runs[0].stdout.split() == ["0", "1"] and runs[1].stdout.split() == ["1", "0"]
+
+
+# --- bad input: clear Python errors, never a crash or a hang ---
+
+def test_an_operator_without_a_fake_kernel_is_named_in_the_error():
+    lib = torch.library.Library("openreg_test_nometa", "DEF")
+    lib.define("nometa(Tensor x) -> Tensor")
+    lib.impl("nometa", lambda x: x + 1, "PrivateUse1")
+    x = torch.ones(3, device="openreg")
+    for backend in ["inductor", "openreg"]:
+        torch._dynamo.reset()
+        with pytest.raises(torch._dynamo.exc.Unsupported, match="openreg_test_nometa.nometa.default"):
+            torch.compile(lambda t: torch.ops.openreg_test_nometa.nometa(t) * 2, backend=backend, fullgraph=True)(x)
+
+
+def test_mixed_devices_under_inductor_are_a_runtime_error():
+    x = torch.ones(3, device="openreg:1")
+    for other in [torch.ones(3, device="openreg:0"), torch.ones(3)]:
+        torch._dynamo.reset()
+        with pytest.raises(RuntimeError, match="device"):
+            torch.compile(lambda a, b: (a + b).sum())(x, other)
+
+
+def test_a_failing_cpp_compiler_surfaces_with_its_message(tmp_path):
+    compiler = tmp_path / "cxx"
+    compiler.write_text('#!/bin/sh\ncase "$*" in *.cpp*) echo "cxx: error: simulated failure" >&2; exit 1;; esac\n'
+                        'exec g++ "$@"\n')
+    compiler.chmod(0o755)
+    code = textwrap.dedent(f"""
+        import torch, torch._inductor.config as config
+        config.cpp.cxx = (None, {str(compiler)!r})
+        try:
+            torch.compile(lambda t: torch.nn.functional.gelu(t * 3).sum())(torch.randn(8, device="openreg"))
+        except RuntimeError as e:
+            print(type(e).__name__, "simulated failure" in str(e))
+        print((torch.ones(2, device="openreg") + 1).cpu().tolist())
+    """)
+    env = {**__import__("os").environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "cache")}
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600, env=env)
+    assert run.stdout.split("\n")[:2] == ["CppCompileError True", "[2.0, 2.0]"], run.stdout + run.stderr[-2000:]
