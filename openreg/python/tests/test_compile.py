@@ -119,8 +119,9 @@ def test_training_a_compiled_module_matches_eager():
         torch.testing.assert_close(a, b)
 
 
-def test_autocast_and_the_default_device_inside_compiled_code():
-    @torch.compile(backend="openreg", fullgraph=True)
+@pytest.mark.parametrize("backend", ["openreg", "inductor"])
+def test_autocast_and_the_default_device_inside_compiled_code(backend):
+    @torch.compile(backend=backend, fullgraph=True)
     def f(a, b):
         with torch.autocast("openreg", dtype=torch.bfloat16):
             product = a @ b
