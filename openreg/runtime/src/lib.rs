@@ -14,7 +14,9 @@
 //! | fork safety | [`fork`] |
 //! | annotations for profilers | [`trace`] |
 //! | capture and replay | [`graph`] |
+//! | collective communication between processes | [`comm`] |
 
+pub mod comm;
 pub mod copy;
 pub mod device;
 pub mod error;
