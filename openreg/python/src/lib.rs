@@ -12,6 +12,7 @@ use pyo3::types::PyType;
 use openreg_runtime as rt;
 
 mod compiled;
+mod distributed;
 use openreg_torch::error::{ErrorKind, kind_of};
 
 // ANCHOR: errors
@@ -174,6 +175,7 @@ fn openreg_c(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(_reset_fallback_counts, m)?)?;
     m.add_function(wrap_pyfunction!(_runtime_new_stream, m)?)?;
     m.add_function(wrap_pyfunction!(_get_default_generator, m)?)?;
+    distributed::register(m)?;
     Ok(())
 }
 // ANCHOR_END: module

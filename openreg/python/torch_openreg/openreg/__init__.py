@@ -154,6 +154,9 @@ from .random import __all__ as _random_all  # noqa: E402
 from .streams import *  # noqa: E402,F403
 from .streams import __all__ as _streams_all  # noqa: E402
 from . import _dynamo  # noqa: E402
+from . import distributed  # noqa: E402
+
+distributed._register()  # init_process_group("occl") (see distributed.py)
 
 _dynamo.install()  # torch.compile finds the device once Dynamo loads (see _dynamo.py)
 

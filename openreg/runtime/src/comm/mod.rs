@@ -218,6 +218,11 @@ impl Communicator {
         self.timeout
     }
 
+    /// Why the communicator was aborted, if it was.
+    pub fn failure(&self) -> Option<String> {
+        self.lock().broken.clone()
+    }
+
     fn lock(&self) -> MutexGuard<'_, Order> {
         self.order.lock().unwrap_or_else(|e| e.into_inner())
     }
