@@ -182,9 +182,17 @@ class ProcessGroupOCCL(_Backend):
     def getBackendName(self) -> str:
         return BACKEND
 
-    @property
-    def supports_coalescing(self) -> bool:
-        return True
+    # ANCHOR: capabilities
+    # Every capability c10d may ask about is answered here: torch 2.15's trampoline reads them
+    # as Python attributes, and one left to the base class's descriptor calls back into the
+    # trampoline forever (RecursionError in init_process_group(device_id=...)).
+    supports_coalescing = property(lambda self: True)
+    supports_splitting = property(lambda self: False)
+    supports_shrinking = property(lambda self: False)
+    supports_reconfigure = property(lambda self: False)
+    supports_window = property(lambda self: False)
+    _supports_time_estimate = property(lambda self: False)
+    # ANCHOR_END: capabilities
 
     # ANCHOR: launch
     def _launch(self, name, tensors, opts, launch, result, post=None, keep=()):

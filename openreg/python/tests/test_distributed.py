@@ -1,0 +1,90 @@
+"""torch.distributed over occl: every scenario runs in separate processes (distributed_workers.py),
+each bounded in time; a run that exceeds it is killed with all its processes."""
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+WORKERS = Path(__file__).with_name("distributed_workers.py")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# ANCHOR: run
+def run(scenario: str, world: int, timeout: float = 120, exits=None):
+    """Starts ``world`` ranks of ``scenario`` and waits for all of them, at most ``timeout``
+    seconds; fails with every rank's output unless each exits with ``exits[rank]`` (0)."""
+    port = str(free_port())
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(WORKERS), scenario, str(rank), str(world), port],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,  # a process group of its own: killed as a whole
+        )
+        for rank in range(world)
+    ]
+    outputs = []
+    try:
+        for p in procs:
+            outputs.append(p.communicate(timeout=timeout)[0])
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"{scenario} with {world} ranks did not finish within {timeout} s")
+    finally:
+        for p in procs:  # no process is left behind, whatever happened
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+    codes = [p.returncode for p in procs]
+    if codes != (exits or [0] * world):
+        report = "\n".join(f"--- rank {r} exited {c}\n{o}" for r, (c, o) in enumerate(zip(codes, outputs)))
+        pytest.fail(f"{scenario}: exit codes {codes}\n{report}")
+# ANCHOR_END: run
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_every_collective_and_dtype(world):
+    run("collectives", world, timeout=240)
+
+
+def test_async_collective_overlaps_with_compute_on_another_stream():
+    run("async_overlap", 2)
+
+
+def test_default_backend_mixed_backends_and_device_mesh():
+    run("default_backends", 2)
+
+
+def test_bad_input_raises_and_the_group_survives_or_is_replaced():
+    run("bad_input", 2)
+
+
+def test_a_dead_rank_fails_the_others_without_a_hang():
+    run("dead_rank", 3, timeout=60)
+
+
+def test_a_silent_rank_times_out():
+    run("stuck_rank", 2, timeout=60)
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_ddp_matches_one_process(world):
+    run("ddp", world)
+
+
+def test_fsdp2_matches_one_process():
+    run("fsdp2", 2)
+
+
+def test_dtensor_basics():
+    run("dtensor", 2)
