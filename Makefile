@@ -91,6 +91,7 @@ bench: build
 	$(PY) bench/profiler.py
 	$(PY) bench/graphs.py
 	$(PY) bench/compile.py
+	$(PY) bench/distributed.py
 
 bench-build: build
 	$(PY) bench/build_times.py

@@ -101,6 +101,12 @@ def graphs_bench() -> str:
     return "\n".join(out.splitlines()[1:]) + "\n"
 
 
+def distributed_bench() -> str:
+    out = subprocess.run([PY, str(ROOT / "bench/distributed.py")], check=True, cwd=ROOT,
+                         capture_output=True, text=True).stdout
+    return out.strip("\n") + "\n"
+
+
 COMPILE_CODE = r"""
 import re, torch
 from torch._inductor.utils import run_and_get_code
@@ -209,6 +215,11 @@ OUTPUTS = {
                                     "openreg/python/torch_openreg/openreg/_dynamo.py", "book-tests/generate.py"]),
     "compile-bench": (compile_bench, ["bench/compile.py", "openreg/python/torch_openreg/openreg/_inductor.py",
                                       "openreg/python/src/compiled.rs", *KERNELS, "book-tests/generate.py"]),
+    "distributed-bench": (distributed_bench, ["bench/distributed.py", "openreg/runtime/src/comm/mod.rs",
+                                              "openreg/runtime/src/comm/transport.rs",
+                                              "openreg/runtime/src/comm/reduce.rs",
+                                              "openreg/python/torch_openreg/openreg/distributed.py",
+                                              "book-tests/generate.py"]),
     "reference": (reference.reference, [*reference.inputs(), "book-tests/generate.py"]),
     "opinfo": (opinfo, ["openreg/python/tests/test_opinfo.py", *KERNELS, "book-tests/generate.py"]),
     **crate_diffs(),

@@ -37,6 +37,9 @@ CHAPTERS = [
     ("openreg/torch/src/runtime/profiler.rs", "profiler.md", "Profiler"),
     ("openreg/torch/src/runtime/*", "memory.md", "Memory & allocators"),
     ("openreg/torch/src/*", "architecture.md", "Architecture & build"),
+    ("openreg/runtime/src/comm/*", "distributed.md", "Distributed"),
+    ("openreg/python/src/distributed.rs", "distributed.md", "Distributed"),
+    (f"{PACKAGE}/openreg/distributed.py", "distributed.md", "Distributed"),
     ("openreg/runtime/src/fork.rs", "generator.md", "Generator"),
     ("openreg/runtime/src/trace.rs", "profiler.md", "Profiler"),
     ("openreg/runtime/src/stream.rs", "streams.md", "Streams & events"),
@@ -60,6 +63,7 @@ ENVIRONMENT = {
     "OPENREG_FALLBACK_BLOCKLIST": "comma-separated operators the CPU fallback must refuse",
     "OPENREG_WARN_FALLBACK": "`1`: warn the first time each operator runs on the CPU",
     "OPENREG_NATIVE_KERNELS": "`0`: register no Rust kernels (everything falls back)",
+    "OCCL_SOCKET_HOST": "the address other ranks use to reach this process (default: the interface that routes to `MASTER_ADDR`)",
 }
 
 REGISTRATIONS = [
@@ -84,6 +88,7 @@ REGISTRATIONS = [
     (r"def _inductor_backend_init", "`torch.openreg._inductor_backend_init`", "Inductor's vendor hook"),
     (r"register_backend_for_device\(", "`torch._inductor.codegen.common.register_backend_for_device`", "Inductor's code generation for the device"),
     (r"register_device_op_overrides\(", "`torch._inductor.codegen.common.register_device_op_overrides`", "the device snippets of Inductor's wrapper"),
+    (r"Backend\.register_backend\(", "`torch.distributed.Backend.register_backend`", "the `occl` c10d backend"),
     (r"register_interface_for_device", "`torch._dynamo.device_interface.register_interface_for_device`", "the Dynamo device interface"),
 ]
 
@@ -179,7 +184,7 @@ def environment(files) -> str:
     used = {}
     for path in files:
         # Quoted names read at run time (not macros, not build-time env!() values).
-        for var in re.findall(r"(?<!env!\()\"(OPENREG_[A-Z_]+)\"", path.read_text()):
+        for var in re.findall(r"(?<!env!\()\"((?:OPENREG|OCCL)_[A-Z_]+)\"", path.read_text()):
             used.setdefault(var, set()).add(rel(path))
     rows = []
     for var in sorted(used):
@@ -206,7 +211,8 @@ PYTHON_API = r"""
 import inspect, torch
 rows = []
 for prefix, module in [("torch.openreg", torch.openreg), ("torch.openreg.amp", torch.openreg.amp),
-                       ("torch.openreg.profiler", torch.openreg.profiler)]:
+                       ("torch.openreg.profiler", torch.openreg.profiler),
+                       ("torch.openreg.distributed", torch.openreg.distributed)]:
     for name in sorted(vars(module)):
         obj = getattr(module, name)
         if name.startswith("_") or inspect.ismodule(obj) or getattr(obj, "__module__", "").split(".")[0] != "torch_openreg":
@@ -229,7 +235,7 @@ def python_api() -> str:
 
 
 def reference() -> str:
-    files = sources(f"{GLUE}/**/*.cpp", f"{GLUE}/**/*.h", f"{PACKAGE}/**/*.py", "openreg/runtime/src/*.rs",
+    files = sources(f"{GLUE}/**/*.cpp", f"{GLUE}/**/*.h", f"{PACKAGE}/**/*.py", "openreg/runtime/src/**/*.rs",
                     "openreg/torch/src/**/*.rs", "openreg/python/pyproject.toml")
     files = [f for f in files if not f.name.startswith("_version")]
     for f in files:
@@ -246,7 +252,7 @@ def reference() -> str:
 
 def inputs() -> list:
     """The files whose change makes the tables stale."""
-    return [rel(p) for p in sources(f"{GLUE}/**/*", f"{PACKAGE}/**/*.py", "openreg/runtime/src/*.rs",
+    return [rel(p) for p in sources(f"{GLUE}/**/*", f"{PACKAGE}/**/*.py", "openreg/runtime/src/**/*.rs",
                                      "openreg/torch/src/**/*.rs", "openreg/python/pyproject.toml")] \
         + ["book-tests/reference.py"]
 
