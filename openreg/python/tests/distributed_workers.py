@@ -130,10 +130,26 @@ def collectives(rank, world):
             for r in reqs:
                 r.wait()
             same(got, data((rank - 1) % world, n, dtype), f"send/recv {dtype} {n}")
-    # 64 MiB, the largest size the issue names, through the ring
+    # 64 MiB buffers through the ring, the chain and the pairwise exchange
     big = torch.full((16 << 20,), float(rank + 1), device=dev)
     dist.all_reduce(big)
     assert big.min().item() == big.max().item() == world * (world + 1) / 2
+    half = torch.full((32 << 20,), float(rank + 1), dtype=torch.bfloat16, device=dev)
+    dist.all_reduce(half, op=dist.ReduceOp.MAX)
+    assert half.min().item() == half.max().item() == world
+    big.fill_(rank)
+    dist.broadcast(big, src=world - 1)
+    assert big.min().item() == big.max().item() == world - 1
+    flat = torch.empty(16 << 20, device=dev)
+    dist.all_gather_into_tensor(flat, torch.full(((16 << 20) // world,), float(rank), device=dev))
+    same(flat, torch.arange(world, dtype=torch.float32).repeat_interleave((16 << 20) // world), "all_gather 64 MiB")
+    out = torch.empty((16 << 20) // world, device=dev)
+    dist.reduce_scatter_tensor(out, torch.full((16 << 20,), 1.0, device=dev))
+    assert out.min().item() == out.max().item() == world
+    out = torch.empty(16 << 20, device=dev)
+    dist.all_to_all_single(out, torch.full((16 << 20,), float(rank), device=dev))
+    same(out, torch.arange(world, dtype=torch.float32).repeat_interleave((16 << 20) // world), "all_to_all 64 MiB")
+    del big, half, flat, out
     # the coalesced forms DDP and FSDP2 use
     ts = [data(rank, n, torch.float32).to(dev) for n in (3, 70_000)]
     with dist._coalescing_manager(async_ops=True) as cm:
@@ -177,6 +193,11 @@ def async_overlap(rank, world):
     side.synchronize()  # the compute finished ...
     if rank == 0:
         assert not future.done(), "the compute waited for the all-reduce"  # ... before the collective
+        try:  # a bounded wait gives up with a clear error (the collective goes on)
+            work.wait(timeout=datetime.timedelta(milliseconds=100))
+            raise AssertionError("wait(timeout) returned before rank 1 joined")
+        except dist.DistBackendError as e:
+            assert "did not complete within 0.1 s" in str(e), str(e)
     work.wait()
     assert torch.isfinite(y).item()
     same(t, torch.full((1000,), float(world * (world + 1) / 2)), "async all_reduce")
@@ -245,6 +266,12 @@ def bad_input(rank, world):
                  lambda: torch.ones(10, dtype=torch.float32 if rank == 0 else torch.float16, device=dev)]:
         group = dist.new_group(backend="occl")
         raises(dist.DistBackendError, ["occl all_reduce"], lambda: dist.all_reduce(make(), group=group))
+        raises(dist.DistBackendError, ["aborted by an earlier failure"],
+               lambda: dist.all_reduce(torch.ones(2, device=dev), group=group))
+        # the same failure through an asynchronous Work's future
+        group = dist.new_group(backend="occl")
+        future = dist.all_reduce(make(), group=group, async_op=True).get_future()
+        raises(RuntimeError, ["occl all_reduce"], future.wait)
         # the failed group refuses further work at once, naming the first failure
         raises(dist.DistBackendError, ["aborted by an earlier failure"],
                lambda: dist.all_reduce(torch.ones(2, device=dev), group=group))
@@ -253,8 +280,11 @@ def bad_input(rank, world):
     dist.all_reduce(t)
     same(t, torch.full((2,), float(world)), "default group after a failed one")
     dist.barrier()
+    backend = dist.group.WORLD._get_backend(dev)
     dist.destroy_process_group()
     raises(ValueError, ["not been initialized"], lambda: dist.all_reduce(torch.ones(2, device=dev)))
+    raises(dist.DistBackendError, ["destroyed"],
+           lambda: backend.allreduce([torch.ones(2, device=dev)], dist.AllreduceOptions()))
     # rank or world size out of range at construction
     from torch_openreg.openreg.distributed import ProcessGroupOCCL
 

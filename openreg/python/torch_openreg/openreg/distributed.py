@@ -108,8 +108,8 @@ class _Completions:
                             return
                     handle.wait()  # raises the failure, if any
                 future.set_result(value)
-            except Exception as e:  # a failed collective fails its future
-                future.set_exception(e)
+            except Exception as e:  # a failed collective fails its future (see Work.get_future)
+                future.set_result(_Failure(str(e)))
 
     def stop(self):
         self._stopping = True
@@ -123,6 +123,20 @@ class _Completions:
 _ALL_COMPLETIONS = weakref.WeakSet()
 atexit.register(lambda: [c.stop() for c in list(_ALL_COMPLETIONS)])
 # ANCHOR_END: completions
+
+
+class _Failure:
+    """A failed collective's message, in place of its result."""
+
+    def __init__(self, message):
+        self.message = message
+
+
+def _raise_failure(done: torch.futures.Future):
+    value = done.value()
+    if isinstance(value, _Failure):
+        raise dist.DistBackendError(value.message)
+    return value
 
 
 # ANCHOR: work
@@ -147,8 +161,11 @@ class Work(_Work):
 
     def get_future(self) -> torch.futures.Future:
         if self._future is None:
-            self._future = torch.futures.Future()
-            self._completions.add(self._handles, self._future, self._result)
+            done = torch.futures.Future()
+            self._completions.add(self._handles, done, self._result)
+            # Future.set_exception only marks the Python wrapper, which c10d does not hand on;
+            # an exception raised in a then() callback fails the C++ future itself.
+            self._future = done.then(_raise_failure)
         return self._future
 # ANCHOR_END: work
 

@@ -278,7 +278,7 @@ impl Communicator {
                 Op::Barrier => vec![],
             };
             for b in bufs {
-                if b.len % dtype.size() != 0 || (b.ptr as usize) % dtype.size() != 0 {
+                if !b.len.is_multiple_of(dtype.size()) || !(b.ptr as usize).is_multiple_of(dtype.size()) {
                     return bad(format!("a buffer of {} bytes at {:#x} does not hold whole {dtype:?} elements", b.len, b.ptr as usize));
                 }
             }
@@ -568,7 +568,7 @@ impl Communicator {
         let next = (r + 1) % n;
         let forward = (next != root).then(|| self.link(next));
         let pieces: Vec<Range<usize>> = if data.is_empty() {
-            vec![0..0] // one empty message: the ranks still meet
+            std::iter::once(0..0).collect() // one empty message: the ranks still meet
         } else {
             (0..data.len()).step_by(BROADCAST_PIECE).map(|s| s..(s + BROADCAST_PIECE).min(data.len())).collect()
         };
