@@ -1,6 +1,7 @@
 """Distributed benchmark: occl on openreg tensors against Gloo on CPU tensors, side by side in
 one process group ("cpu:gloo,openreg:occl") of 2 processes on this machine: all_reduce time
-and bandwidth by size (4 bytes to 64 MiB), and a DDP training step.
+and bandwidth by size (4 bytes to 64 MiB), through shared memory and over TCP only, and a
+DDP training step.
 
 `python bench/distributed.py` prints the table (`make bench` runs it); it starts the two ranks
 itself.
@@ -38,21 +39,26 @@ def timed(fn, sync, repeats):
 def all_reduce_rows(rank):
     import torch
     import torch.distributed as dist
+    from torch_openreg.openreg.distributed import Options
 
+    # occl between two processes of one host: shared memory (the default) and TCP only
+    over_tcp = dist.new_group(backend="occl", pg_options=Options(shared_memory=False))
+    cases = [("cpu", None), (f"openreg:{rank}", None), (f"openreg:{rank}", over_tcp)]
     rows = []
     for size in SIZES:
         repeats = 30 if size <= 1 << 20 else 7
-        times = {}
-        for device in ["cpu", f"openreg:{rank}"]:
+        times = []
+        for device, group in cases:
             t = torch.ones(size // 4, device=device)
             sync = (lambda: None) if device == "cpu" else torch.openreg.synchronize
-            dist.barrier(device_ids=None)
-            times[device] = timed(lambda: dist.all_reduce(t), sync, repeats)
-        gloo, occl = times["cpu"], times[f"openreg:{rank}"]
+            dist.barrier()
+            times.append(timed(lambda: dist.all_reduce(t, group=group), sync, repeats))
+        gloo, shm, tcp = times
         # bus bandwidth, as nccl-tests reports it: what each link carries, 2(n-1)/n of the data
         bus = lambda s: size * 2 * (WORLD - 1) / WORLD / s / 1e9  # noqa: E731
-        rows.append(f"| all_reduce {human(size)} | {gloo * 1e6:.0f} µs ({bus(gloo):.2f} GB/s) | "
-                    f"{occl * 1e6:.0f} µs ({bus(occl):.2f} GB/s) | {occl / gloo:.2f}x |")
+        cell = lambda s: f"{s * 1e6:.0f} µs ({bus(s):.2f} GB/s)"  # noqa: E731
+        rows.append(f"| all_reduce {human(size)} | {cell(gloo)} | {cell(shm)} | {cell(tcp)} | "
+                    f"{shm / gloo:.2f}x | {tcp / gloo:.2f}x |")
     return rows
 
 
@@ -84,7 +90,7 @@ def step_row(rank, distributed):
         times[device] = timed(step, sync, 15)
     gloo, occl = times["cpu"], times[f"openreg:{rank}"]
     what = "DDP step" if distributed else "the same step without DDP (both ranks at once)"
-    return f"| {what}, MLP 784-512-512-10, batch 64 per rank | {gloo * 1e3:.2f} ms | {occl * 1e3:.2f} ms | {occl / gloo:.2f}x |"
+    return f"| {what}, MLP 784-512-512-10, batch 64 per rank | {gloo * 1e3:.2f} ms | {occl * 1e3:.2f} ms | | {occl / gloo:.2f}x | |"
 
 
 def rank_main(rank, port):
@@ -99,8 +105,8 @@ def rank_main(rank, port):
     if rank == 0:
         print(f"{WORLD} processes on one machine ({os.cpu_count()} cores); median of repeats; "
               "bandwidth is bus bandwidth (2(n-1)/n of the data per link)\n")
-        print("| case | Gloo, CPU tensors | occl, openreg tensors | occl / Gloo |")
-        print("|---|---|---|---|")
+        print("| case | Gloo, CPU tensors | occl, openreg tensors | occl over TCP only | occl / Gloo | occl TCP / Gloo |")
+        print("|---|---|---|---|---|---|")
         print("\n".join(rows))
 
 

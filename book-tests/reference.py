@@ -63,6 +63,7 @@ ENVIRONMENT = {
     "OPENREG_FALLBACK_BLOCKLIST": "comma-separated operators the CPU fallback must refuse",
     "OPENREG_WARN_FALLBACK": "`1`: warn the first time each operator runs on the CPU",
     "OPENREG_NATIVE_KERNELS": "`0`: register no Rust kernels (everything falls back)",
+    "OCCL_SHM": "`0`: ranks on one host exchange bytes over TCP instead of shared memory",
     "OCCL_SOCKET_HOST": "the address other ranks use to reach this process (default: the interface that routes to `MASTER_ADDR`)",
 }
 

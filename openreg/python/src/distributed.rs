@@ -137,12 +137,22 @@ impl PyCommunicator {
 impl PyCommunicator {
     // ANCHOR: connect
     /// Connects `rank` of `size` to the others at `addresses` (`host:port` per rank, this
-    /// rank's included); receives give up after `timeout` seconds.
+    /// rank's included); receives give up after `timeout` seconds; peers on this host share
+    /// memory if `shared_memory`.
     #[staticmethod]
-    fn connect(py: Python<'_>, listener: &mut PyListener, rank: usize, size: usize, addresses: Vec<String>, timeout: f64) -> PyResult<Self> {
+    #[allow(clippy::too_many_arguments)]
+    fn connect(
+        py: Python<'_>,
+        listener: &mut PyListener,
+        rank: usize,
+        size: usize,
+        addresses: Vec<String>,
+        timeout: f64,
+        shared_memory: bool,
+    ) -> PyResult<Self> {
         let listener = listener.0.take().ok_or_else(|| PyValueError::new_err("occl: this listener was already used"))?;
         let timeout = Duration::from_secs_f64(timeout.max(0.001));
-        py.detach(move || Communicator::connect(listener, rank, size, &addresses, timeout))
+        py.detach(move || Communicator::connect(listener, rank, size, &addresses, timeout, shared_memory))
             .map(PyCommunicator)
             .map_err(|e| backend_error(py, e.to_string()))
     }
@@ -156,6 +166,12 @@ impl PyCommunicator {
     #[getter]
     fn size(&self) -> usize {
         self.0.size()
+    }
+
+    /// How this rank reaches each rank: "shm", "tcp" or "self".
+    #[getter]
+    fn transports(&self) -> Vec<&'static str> {
+        self.0.transports()
     }
 
     /// Closes the connections; peers waiting for this rank fail with `why`.

@@ -63,6 +63,9 @@ def collectives(rank, world):
     """Every collective and dtype, from 0 elements up, on this rank's device."""
     init(rank, world)
     dev = device(rank)
+    transport = "tcp" if os.environ.get("OCCL_SHM") == "0" else "shm"
+    links = dist.group.WORLD._get_backend(dev).transports
+    assert links == [transport if r != rank else "self" for r in range(world)], links
     ops = [dist.ReduceOp.SUM, dist.ReduceOp.AVG, dist.ReduceOp.PRODUCT, dist.ReduceOp.MIN, dist.ReduceOp.MAX]
     for dtype in DTYPES:
         # 0, 1, odd, above the direct all-reduce's 64 KiB (ring, unequal chunks)

@@ -20,7 +20,7 @@ def free_port() -> int:
 
 
 # ANCHOR: run
-def run(scenario: str, world: int, timeout: float = 120, exits=None):
+def run(scenario: str, world: int, timeout: float = 120, exits=None, env=None):
     """Starts ``world`` ranks of ``scenario`` and waits for all of them, at most ``timeout``
     seconds; fails with every rank's output unless each exits with ``exits[rank]`` (0)."""
     port = str(free_port())
@@ -31,6 +31,7 @@ def run(scenario: str, world: int, timeout: float = 120, exits=None):
             stderr=subprocess.STDOUT,
             text=True,
             start_new_session=True,  # a process group of its own: killed as a whole
+            env={**os.environ, **(env or {})},
         )
         for rank in range(world)
     ]
@@ -52,9 +53,16 @@ def run(scenario: str, world: int, timeout: float = 120, exits=None):
 # ANCHOR_END: run
 
 
+TRANSPORTS = {"shm": {}, "tcp": {"OCCL_SHM": "0"}}
+
+
 @pytest.mark.parametrize("world", [2, 4])
 def test_every_collective_and_dtype(world):
     run("collectives", world, timeout=240)
+
+
+def test_every_collective_and_dtype_over_tcp():
+    run("collectives", 2, timeout=240, env=TRANSPORTS["tcp"])
 
 
 def test_async_collective_overlaps_with_compute_on_another_stream():
@@ -69,12 +77,14 @@ def test_bad_input_raises_and_the_group_survives_or_is_replaced():
     run("bad_input", 2)
 
 
-def test_a_dead_rank_fails_the_others_without_a_hang():
-    run("dead_rank", 3, timeout=60)
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_a_dead_rank_fails_the_others_without_a_hang(transport):
+    run("dead_rank", 3, timeout=60, env=TRANSPORTS[transport])
 
 
-def test_a_silent_rank_times_out():
-    run("stuck_rank", 2, timeout=60)
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_a_silent_rank_times_out(transport):
+    run("stuck_rank", 2, timeout=60, env=TRANSPORTS[transport])
 
 
 @pytest.mark.parametrize("world", [2, 4])

@@ -7,8 +7,12 @@ use std::time::Duration;
 use openreg_runtime::comm::{Buf, Communicator, DataType, Listener, Op, ReduceOp};
 use openreg_runtime::{Stream, new_stream};
 
-/// Connects `n` communicators through loopback, one per thread.
+/// Connects `n` communicators through loopback, one per thread, with shared memory.
 fn group(n: usize, timeout: Duration) -> Vec<Arc<Communicator>> {
+    group_over(n, timeout, true)
+}
+
+fn group_over(n: usize, timeout: Duration, shared_memory: bool) -> Vec<Arc<Communicator>> {
     let listeners: Vec<Listener> = (0..n).map(|_| Listener::bind().unwrap()).collect();
     let addresses: Vec<String> = listeners.iter().map(|l| format!("127.0.0.1:{}", l.port())).collect();
     let threads: Vec<_> = listeners
@@ -16,7 +20,7 @@ fn group(n: usize, timeout: Duration) -> Vec<Arc<Communicator>> {
         .enumerate()
         .map(|(rank, l)| {
             let addresses = addresses.clone();
-            std::thread::spawn(move || Communicator::connect(l, rank, n, &addresses, timeout).unwrap())
+            std::thread::spawn(move || Communicator::connect(l, rank, n, &addresses, timeout, shared_memory).unwrap())
         })
         .collect();
     threads.into_iter().map(|t| t.join().unwrap()).collect()
@@ -34,7 +38,16 @@ fn run_all(comms: &[Arc<Communicator>], streams: &[Stream], op: impl Fn(usize) -
 
 #[test]
 fn all_reduce_small_and_large_on_four_ranks() {
-    let comms = group(4, Duration::from_secs(20));
+    all_reduce_on_four_ranks(true);
+}
+
+#[test]
+fn all_reduce_small_and_large_on_four_ranks_over_tcp() {
+    all_reduce_on_four_ranks(false);
+}
+
+fn all_reduce_on_four_ranks(shared_memory: bool) {
+    let comms = group_over(4, Duration::from_secs(20), shared_memory);
     let streams: Vec<Stream> = (0..4).map(|_| new_stream(0, 0).unwrap()).collect();
     for len in [0usize, 1, 7, 100_003] {
         for (op, base, per) in [
@@ -116,14 +129,23 @@ fn mismatched_sizes_fail_on_every_rank_and_abort() {
 
 #[test]
 fn a_silent_peer_times_out_and_a_closed_peer_is_named() {
-    let comms = group(2, Duration::from_millis(500));
+    silent_and_closed_peers(true);
+}
+
+#[test]
+fn a_silent_peer_times_out_and_a_closed_peer_is_named_over_tcp() {
+    silent_and_closed_peers(false);
+}
+
+fn silent_and_closed_peers(shared_memory: bool) {
+    let comms = group_over(2, Duration::from_millis(500), shared_memory);
     let stream = new_stream(0, 0).unwrap();
     let mut data = vec![1.0f32; 4];
     let work = comms[0].launch(&stream, Op::AllReduce { buf: buf(&mut data), dtype: DataType::Float32, op: ReduceOp::Sum }).unwrap();
     let e = work.wait(Some(Duration::from_secs(10))).unwrap().unwrap_err();
     assert!(e.contains("timed out after 0.5 s") && e.contains("rank 1"), "{e}");
 
-    let comms = group(2, Duration::from_secs(20));
+    let comms = group_over(2, Duration::from_secs(20), shared_memory);
     let mut comms = comms.into_iter();
     let (first, second) = (comms.next().unwrap(), comms.next().unwrap());
     drop(second); // rank 1 "exits": its connections close
@@ -143,6 +165,6 @@ fn bad_arguments_are_refused_at_launch() {
     assert!(e(Op::Send { buf: b, dtype: DataType::Float32, peer: 0 }).contains("cannot exchange messages with itself"));
     assert!(e(Op::AllGather { input: b, output: b, dtype: DataType::Float32 }).contains("expected 2 x 16 bytes"));
     assert!(e(Op::AllReduce { buf: b, dtype: DataType::Bool, op: ReduceOp::Avg }).contains("Avg is not defined for Bool"));
-    let e = Communicator::connect(Listener::bind().unwrap(), 3, 2, &[], Duration::from_secs(1)).err().unwrap().to_string();
+    let e = Communicator::connect(Listener::bind().unwrap(), 3, 2, &[], Duration::from_secs(1), true).err().unwrap().to_string();
     assert!(e.contains("rank 3 is out of range for a world of size 2"), "{e}");
 }

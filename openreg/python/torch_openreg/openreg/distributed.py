@@ -27,14 +27,18 @@ BACKEND = "occl"
 
 # ANCHOR: options
 class Options(_Backend.Options):
-    """``init_process_group("occl", pg_options=Options(timeout=...))``: how long a rank waits
-    for a peer before the collective fails (it overrides ``init_process_group``'s timeout)."""
+    """``init_process_group("occl", pg_options=Options(timeout=..., shared_memory=...))``: how
+    long a rank waits for a peer before the collective fails (it overrides
+    ``init_process_group``'s timeout), and whether ranks on one host share memory (by default
+    they do, unless ``OCCL_SHM=0``)."""
 
-    def __init__(self, timeout: datetime.timedelta = datetime.timedelta(minutes=10)):
+    def __init__(self, timeout: datetime.timedelta = datetime.timedelta(minutes=10),
+                 shared_memory: bool | None = None):
         if timeout.total_seconds() <= 0:
             raise ValueError(f"occl: the timeout must be positive, got {timeout}")
         super().__init__(BACKEND, timeout)
         self.timeout = timeout
+        self.shared_memory = shared_memory
 # ANCHOR_END: options
 
 
@@ -174,7 +178,8 @@ class Work(_Work):
 class ProcessGroupOCCL(_Backend):
     """The ``occl`` backend of one process group, on this process's openreg device."""
 
-    def __init__(self, store, rank: int, size: int, timeout: datetime.timedelta):
+    def __init__(self, store, rank: int, size: int, timeout: datetime.timedelta,
+                 shared_memory: bool | None = None):
         if size < 1 or not 0 <= rank < size:
             raise ValueError(
                 f"occl: rank {rank} is out of range for a world of size {size} "
@@ -187,8 +192,10 @@ class ProcessGroupOCCL(_Backend):
         listener = _C.OcclListener()
         store.set(f"occl/address/{rank}", f"{_advertised_host()}:{listener.port}")
         addresses = [store.get(f"occl/address/{r}").decode() for r in range(size)]
+        if shared_memory is None:
+            shared_memory = os.environ.get("OCCL_SHM", "1") != "0"
         self._comm = _C.OcclCommunicator.connect(
-            listener, rank, size, addresses, timeout.total_seconds()
+            listener, rank, size, addresses, timeout.total_seconds(), shared_memory
         )
         self._streams = {}  # device index -> the stream async collectives run on
         self._completions = _Completions()
@@ -198,6 +205,11 @@ class ProcessGroupOCCL(_Backend):
 
     def getBackendName(self) -> str:
         return BACKEND
+
+    @property
+    def transports(self) -> list[str]:
+        """How this rank reaches each rank of the group: ``"shm"``, ``"tcp"`` or ``"self"``."""
+        return self._comm.transports
 
     # ANCHOR: capabilities
     # Every capability c10d may ask about is answered here: torch 2.15's trampoline reads them
@@ -499,7 +511,8 @@ def _group_work(works, result, completions):
 # ANCHOR: register
 def _create(dist_options, backend_options) -> ProcessGroupOCCL:
     timeout = getattr(backend_options, "timeout", None) or dist_options.timeout
-    return ProcessGroupOCCL(dist_options.store, dist_options.group_rank, dist_options.group_size, timeout)
+    return ProcessGroupOCCL(dist_options.store, dist_options.group_rank, dist_options.group_size, timeout,
+                            getattr(backend_options, "shared_memory", None))
 
 
 def _register() -> None:

@@ -5,12 +5,14 @@
 //! |---|---|
 //! | element types and reductions | [`reduce`] |
 //! | connections and messages (TCP) | [`transport`] |
+//! | shared memory between ranks on one host | `shm` |
 //! | communicators and the collectives' algorithms | this file |
 //!
 //! A collective is queued on a stream like a kernel and runs on its worker, in the order the
 //! host issued it: every rank must issue the same collectives in the same order, as with NCCL.
 
 pub mod reduce;
+mod shm;
 pub mod transport;
 
 use std::ops::Range;
@@ -188,14 +190,22 @@ pub struct Communicator {
 impl Communicator {
     /// Connects this rank to the others (`addresses[i]` is rank `i`'s `host:port`, as each
     /// rank published its [`Listener`]'s); every later receive gives up after `timeout`.
-    pub fn connect(listener: Listener, rank: usize, size: usize, addresses: &[String], timeout: Duration) -> Result<Arc<Communicator>> {
+    /// `shared_memory`: peers on this host exchange bytes through shared memory (TCP else).
+    pub fn connect(
+        listener: Listener,
+        rank: usize,
+        size: usize,
+        addresses: &[String],
+        timeout: Duration,
+        shared_memory: bool,
+    ) -> Result<Arc<Communicator>> {
         if size == 0 || rank >= size {
             return Err(Error::InvalidValue(format!("occl: rank {rank} is out of range for a world of size {size} (expected 0 <= rank < {size})")));
         }
         if addresses.len() != size {
             return Err(Error::InvalidValue(format!("occl: {} addresses for a world of size {size}", addresses.len())));
         }
-        let links = transport::connect_all(listener, rank, size, addresses, timeout)?;
+        let links = transport::connect_all(listener, rank, size, addresses, timeout, shared_memory)?;
         Ok(Arc::new(Communicator {
             rank,
             size,
@@ -216,6 +226,11 @@ impl Communicator {
 
     pub fn timeout(&self) -> Duration {
         self.timeout
+    }
+
+    /// How this rank reaches each rank: "shm", "tcp", or "self".
+    pub fn transports(&self) -> Vec<&'static str> {
+        self.links.iter().map(|l| l.as_ref().map_or("self", Link::transport)).collect()
     }
 
     /// Why the communicator was aborted, if it was.

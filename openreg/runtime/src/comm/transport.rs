@@ -7,9 +7,10 @@
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::sync::mpsc::{self, Receiver, Sender};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use super::shm::Pipe;
 use crate::error::{Error, Result};
 
 const MAGIC: u32 = 0x4f43_434c; // "OCCL"
@@ -63,13 +64,37 @@ struct Job {
 // The address is only read by the writer while the posting thread waits for `done`.
 unsafe impl Send for Job {}
 
-/// A connection to one peer.
+/// A connection to one peer: TCP, and a shared-memory pipe when the peer is on this host.
 pub(crate) struct Link {
     pub peer: usize,
     reader: Mutex<TcpStream>,
     socket: TcpStream,
     jobs: Sender<Job>,
     done: Mutex<Receiver<io::Result<()>>>,
+    pipe: Option<Arc<Pipe>>,
+    timeout: Duration,
+}
+
+/// Whether the peer is still there, asked by a side waiting on shared memory: its connection
+/// closed (`UnexpectedEof`), it sent something over TCP, which can only be an abort message
+/// (`Interrupted`: read it), or the wait started at `since` outlasted `timeout` (`TimedOut`).
+fn peer_state(socket: &TcpStream, since: Instant, timeout: Duration) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let mut byte = 0u8;
+    let n = unsafe {
+        libc::recv(socket.as_raw_fd(), (&mut byte as *mut u8).cast(), 1, libc::MSG_PEEK | libc::MSG_DONTWAIT)
+    };
+    match n {
+        0 => Err(io::ErrorKind::UnexpectedEof.into()),
+        n if n > 0 => Err(io::ErrorKind::Interrupted.into()),
+        _ => {
+            let e = io::Error::last_os_error();
+            if e.kind() != io::ErrorKind::WouldBlock {
+                return Err(e);
+            }
+            if since.elapsed() >= timeout { Err(io::ErrorKind::TimedOut.into()) } else { Ok(()) }
+        }
+    }
 }
 
 /// Sends posted with [`Link::post`] that have not been waited for yet.
@@ -108,7 +133,7 @@ impl Drop for Pending<'_> {
 }
 
 impl Link {
-    fn new(peer: usize, socket: TcpStream, timeout: Duration) -> Result<Link> {
+    fn new(peer: usize, socket: TcpStream, timeout: Duration, pipe: Option<Pipe>) -> Result<Link> {
         let sys = |e: io::Error| Error::InvalidValue(format!("occl: configuring the connection to rank {peer}: {e}"));
         socket.set_nodelay(true).map_err(sys)?;
         set_buffers(&socket, 4 << 20);
@@ -118,12 +143,22 @@ impl Link {
         let reader = socket.try_clone().map_err(sys)?;
         let (jobs, inbox) = mpsc::channel::<Job>();
         let (report, done) = mpsc::channel();
+        let pipe = pipe.map(Arc::new);
+        let shared = pipe.clone();
         std::thread::Builder::new()
             .name(format!("occl send to {peer}"))
             .spawn(move || {
                 for job in inbox {
                     let payload = unsafe { std::slice::from_raw_parts(job.data, job.header.bytes as usize) };
-                    let outcome = writer.write_all(&job.header.encode()).and_then(|()| writer.write_all(payload));
+                    let header = job.header.encode();
+                    let outcome = match &shared {
+                        // Aborts always go over TCP: that is where a waiting peer looks for them.
+                        Some(pipe) if job.header.what != ABORT => {
+                            let alive = |since: Instant| peer_state(&writer, since, timeout);
+                            pipe.write(&header, &alive).and_then(|()| pipe.write(payload, &alive))
+                        }
+                        _ => writer.write_all(&header).and_then(|()| writer.write_all(payload)),
+                    };
                     if job.then_close {
                         let _ = writer.shutdown(Shutdown::Both);
                     }
@@ -133,7 +168,7 @@ impl Link {
                 }
             })
             .map_err(sys)?;
-        Ok(Link { peer, reader: Mutex::new(reader), socket, jobs, done: Mutex::new(done) })
+        Ok(Link { peer, reader: Mutex::new(reader), socket, jobs, done: Mutex::new(done), pipe, timeout })
     }
 
     // ANCHOR: post
@@ -149,6 +184,11 @@ impl Link {
         Pending { link: self, count }
     }
     // ANCHOR_END: post
+
+    /// "shm" or "tcp": how the payloads travel to this peer.
+    pub fn transport(&self) -> &'static str {
+        if self.pipe.is_some() { "shm" } else { "tcp" }
+    }
 
     /// Adds another send to `pending` (several sends on one link, waited for together).
     pub fn post_more<'a>(&'a self, pending: &mut Pending<'a>, header: Header, data: &[u8]) {
@@ -181,13 +221,40 @@ impl Link {
     pub fn recv(&self, op: &str, expect: Header, len: usize, mut sink: impl FnMut(usize, &[u8])) -> Result<()> {
         const PIECE: usize = 1 << 18;
         let mut reader = self.reader.lock().unwrap_or_else(|e| e.into_inner());
+        let failed = |e: io::Error| self.io_error(e, op, "receiving from");
+        if let Some(pipe) = &self.pipe {
+            let alive = |since: Instant| peer_state(&self.socket, since, self.timeout);
+            let mut raw = [0u8; HEADER];
+            let header = pipe.read(HEADER, HEADER, &alive, |at, bytes| raw[at..at + bytes.len()].copy_from_slice(bytes));
+            match header {
+                // Something came over TCP instead: the peer's abort message.
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => return Err(self.read_tcp_header(&mut reader, op).err().unwrap_or_else(|| failed(e))),
+                Err(e) => return Err(failed(e)),
+                Ok(()) => self.check_header(op, Header::decode(&raw), expect, len)?,
+            }
+            return pipe.read(len, PIECE, &alive, sink).map_err(failed);
+        }
+        let header = self.read_tcp_header(&mut reader, op)?;
+        self.check_header(op, Some(header), expect, len)?;
+        let mut piece = vec![0u64; PIECE.min(len).div_ceil(8)];
+        let piece: &mut [u8] = unsafe { std::slice::from_raw_parts_mut(piece.as_mut_ptr().cast(), piece.len() * 8) };
+        let mut offset = 0;
+        while offset < len {
+            let n = PIECE.min(len - offset);
+            reader.read_exact(&mut piece[..n]).map_err(failed)?;
+            sink(offset, &piece[..n]);
+            offset += n;
+        }
+        Ok(())
+    }
+
+    /// Reads a header from the TCP connection; an abort message becomes the peer's error.
+    fn read_tcp_header(&self, reader: &mut TcpStream, op: &str) -> Result<Header> {
         let mut raw = [0u8; HEADER];
         reader.read_exact(&mut raw).map_err(|e| self.io_error(e, op, "receiving from"))?;
-        let header = Header::decode(&raw).ok_or_else(|| {
-            Error::InvalidValue(format!("occl {op}: rank {} sent bytes that are not an occl message", self.peer))
-        })?;
-        if header.what == ABORT {
-            let mut message = vec![0u8; header.bytes.min(1 << 16) as usize];
+        let header = Header::decode(&raw);
+        if let Some(h) = header.filter(|h| h.what == ABORT) {
+            let mut message = vec![0u8; h.bytes.min(1 << 16) as usize];
             let _ = reader.read_exact(&mut message);
             return Err(Error::InvalidValue(format!(
                 "occl {op}: rank {} aborted: {}",
@@ -195,6 +262,15 @@ impl Link {
                 String::from_utf8_lossy(&message)
             )));
         }
+        header.ok_or_else(|| Error::InvalidValue(format!("occl {op}: rank {} sent bytes that are not an occl message", self.peer)))
+    }
+
+    /// The header must announce what this rank expects: same operation, sequence number,
+    /// element type and length.
+    fn check_header(&self, op: &str, header: Option<Header>, expect: Header, len: usize) -> Result<()> {
+        let header = header.ok_or_else(|| {
+            Error::InvalidValue(format!("occl {op}: rank {} sent bytes that are not an occl message", self.peer))
+        })?;
         if header.what != expect.what || header.seq != expect.seq {
             return Err(Error::InvalidValue(format!(
                 "occl {op}: rank {} is in another operation ({} #{}) than this rank ({op} #{}): \
@@ -216,15 +292,6 @@ impl Link {
                 DataType::name_of(expect.dtype)
             )));
         }
-        let mut piece = vec![0u64; PIECE.min(len).div_ceil(8)];
-        let piece: &mut [u8] = unsafe { std::slice::from_raw_parts_mut(piece.as_mut_ptr().cast(), piece.len() * 8) };
-        let mut offset = 0;
-        while offset < len {
-            let n = PIECE.min(len - offset);
-            reader.read_exact(&mut piece[..n]).map_err(|e| self.io_error(e, op, "receiving from"))?;
-            sink(offset, &piece[..n]);
-            offset += n;
-        }
         Ok(())
     }
     // ANCHOR_END: recv
@@ -242,7 +309,7 @@ impl Link {
         let peer = self.peer;
         Error::InvalidValue(match e.kind() {
             io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => {
-                let timeout = self.socket.read_timeout().ok().flatten().unwrap_or_default();
+                let timeout = self.timeout;
                 format!(
                     "occl {op}: timed out after {:.1} s {direction} rank {peer} (the process group's \
                      timeout); is rank {peer} stuck or in another collective?",
@@ -297,13 +364,15 @@ impl Listener {
 
 /// Connects `rank` to every other rank of `size`: it connects to the lower ranks (whose
 /// addresses are `addresses[peer]`, `host:port`) and accepts the higher ones, each side
-/// introducing itself with its rank. Returns the links, indexed by peer (`None` for itself).
+/// introducing itself with its rank; with `shared_memory`, peers on the same host also share a
+/// memory segment. Returns the links, indexed by peer (`None` for itself).
 pub(crate) fn connect_all(
     listener: Listener,
     rank: usize,
     size: usize,
     addresses: &[String],
     timeout: Duration,
+    shared_memory: bool,
 ) -> Result<Vec<Option<Link>>> {
     let deadline = Instant::now() + timeout;
     let failed = |what: String| Error::InvalidValue(format!("occl: rank {rank} of {size}: {what}"));
@@ -318,9 +387,21 @@ pub(crate) fn connect_all(
                 Err(_) => std::thread::sleep(Duration::from_millis(10)),
             }
         };
-        let hello = [MAGIC, rank as u32, size as u32].map(u32::to_le_bytes).concat();
+        // On one host the peer can open a shared-memory segment this rank creates; the name
+        // travels in the introduction, the answer says whether the peer could open it.
+        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos();
+        let name = format!("/occl.{}.{rank}-{peer}.{nanos}", std::process::id());
+        let pipe = shared_memory.then(|| Pipe::create(&name).ok()).flatten();
+        let offered = if pipe.is_some() { name.as_str() } else { "" };
+        let mut hello = [MAGIC, rank as u32, size as u32, offered.len() as u32].map(u32::to_le_bytes).concat();
+        hello.extend_from_slice(offered.as_bytes());
         socket.write_all(&hello).map_err(|e| failed(format!("introducing itself to rank {peer}: {e}")))?;
-        links[peer] = Some(Link::new(peer, socket, timeout)?);
+        let left = deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1));
+        let mut answer = [0u8];
+        socket.set_read_timeout(Some(left)).and_then(|()| socket.read_exact(&mut answer))
+            .map_err(|e| failed(format!("waiting for rank {peer}'s answer: {e}")))?;
+        let pipe = pipe.filter(|_| answer[0] == 1);
+        links[peer] = Some(Link::new(peer, socket, timeout, pipe)?);
     }
     listener.0.set_nonblocking(true).map_err(|e| failed(e.to_string()))?;
     let mut missing = size - rank - 1;
@@ -330,12 +411,16 @@ pub(crate) fn connect_all(
                 socket.set_nonblocking(false).map_err(|e| failed(e.to_string()))?;
                 socket.set_read_timeout(Some(deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1))))
                     .map_err(|e| failed(e.to_string()))?;
-                let mut hello = [0u8; 12];
+                let mut hello = [0u8; 16];
                 if socket.read_exact(&mut hello).is_err() {
                     continue; // not a peer (a port scanner, a peer that gave up): ignore
                 }
                 let word = |i: usize| u32::from_le_bytes(hello[i * 4..i * 4 + 4].try_into().unwrap());
-                let (magic, peer, peer_size) = (word(0), word(1) as usize, word(2) as usize);
+                let (magic, peer, peer_size, name_len) = (word(0), word(1) as usize, word(2) as usize, word(3) as usize);
+                let mut name = vec![0u8; name_len.min(255)];
+                if magic != MAGIC || socket.read_exact(&mut name).is_err() {
+                    continue;
+                }
                 if magic != MAGIC || peer_size != size || peer <= rank || peer >= size || links[peer].is_some() {
                     return Err(failed(format!(
                         "a peer introduced itself as rank {peer} of {peer_size}: expected one of ranks {}..{size} \
@@ -343,7 +428,11 @@ pub(crate) fn connect_all(
                         rank + 1
                     )));
                 }
-                links[peer] = Some(Link::new(peer, socket, timeout)?);
+                // A segment this process cannot open (another host) means TCP only.
+                let name = String::from_utf8_lossy(&name);
+                let pipe = if name.is_empty() || !shared_memory { None } else { Pipe::open(&name).ok() };
+                socket.write_all(&[u8::from(pipe.is_some())]).map_err(|e| failed(format!("answering rank {peer}: {e}")))?;
+                links[peer] = Some(Link::new(peer, socket, timeout, pipe)?);
                 missing -= 1;
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
