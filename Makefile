@@ -75,7 +75,7 @@ book-outputs: build
 
 test-book: build book
 	CXX="$(CXX_CMD)" cargo test --release -p book-tests
-	@mkdir -p target/book-deps && rm -f target/book-deps/*.rlib
+	@mkdir -p target/book-deps && rm -f target/book-deps/*.rlib target/book-deps/*.so
 	cargo build --release -p openreg-runtime --message-format=json 2>/dev/null \
 	  | $(PY) book-tests/rlibs.py target/book-deps
 	$(VENV)/bin/mdbook test -L target/book-deps
