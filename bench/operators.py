@@ -64,6 +64,13 @@ def cases(device):
         out.append((f"relu {label}", lambda a=a: a.relu(), calls))
         if label == "16M":
             out.append((f"sum {label}", lambda a=a: a.sum(), calls))
+    # softmax along rows of 1024 and 4096, along the first dimension, along a middle one
+    for shape, dim, f in [((1024, 1024), -1, torch.softmax), ((1024, 1024), 0, torch.softmax),
+                          ((64, 128, 64), 1, torch.softmax), ((256, 4096), -1, torch.softmax),
+                          ((1024, 1024), -1, torch.log_softmax), ((256, 4096), -1, torch.log_softmax)]:
+        x = torch.randn(*shape).to(device)
+        label = f"{f.__name__} {'x'.join(map(str, shape))} dim {dim}"
+        out.append((label, lambda x=x, dim=dim, f=f: f(x, dim), 20))
     m1, m2 = torch.randn(512, 512).to(device), torch.randn(512, 512).to(device)
     out.append(("mm 512x512", lambda: m1 @ m2, 20))
     out.append(("MLP 784-256-256-10 SGD step, batch 64", mlp_step(device), 20))
@@ -72,6 +79,9 @@ def cases(device):
 
 TARGETS = {"x + x 3x3": 1.0, "add 1M": 1.1, "mul 1M": 1.1, "relu 1M": 1.1, "add 16M": 1.1,
            "mul 16M": 1.1, "relu 16M": 1.1, "sum 16M": 1.2, "mm 512x512": 1.2,
+           "softmax 1024x1024 dim -1": 1.2, "softmax 1024x1024 dim 0": 1.2, "softmax 64x128x64 dim 1": 1.2,
+           "softmax 256x4096 dim -1": 1.2, "log_softmax 1024x1024 dim -1": 1.2,
+           "log_softmax 256x4096 dim -1": 1.2,
            "MLP 784-256-256-10 SGD step, batch 64": 1.3}
 
 

@@ -5,6 +5,7 @@
 
 mod dtype;
 mod elementwise;
+mod math;
 mod matmul;
 mod nll_loss;
 mod pool;
