@@ -175,8 +175,12 @@ pub fn mark(name: &str) {
 mod tests {
     use super::*;
 
+    /// The trace is process-wide: tests that start and stop it must not overlap.
+    static SERIAL: Mutex<()> = Mutex::new(());
+
     #[test]
     fn ranges_nest_and_only_a_trace_records() {
+        let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
         range_push("before");
         range_pop();
         start();
@@ -200,6 +204,7 @@ mod tests {
         fn launch_example() -> impl FnOnce() + Send + 'static {
             traced(1, 7, || {})
         }
+        let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
         start();
         push_correlation(42);
         let task = launch_example();
