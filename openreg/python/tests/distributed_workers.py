@@ -63,7 +63,9 @@ def collectives(rank, world):
     """Every collective and dtype, from 0 elements up, on this rank's device."""
     init(rank, world)
     dev = device(rank)
-    transport = "tcp" if os.environ.get("OCCL_SHM") == "0" else "shm"
+    # shared memory unless disabled, or unless this machine has no /dev/shm to put it in
+    shm_ok = os.access("/dev/shm", os.W_OK) and os.environ.get("OCCL_SHM") != "0"
+    transport = "shm" if shm_ok else "tcp"
     links = dist.group.WORLD._get_backend(dev).transports
     assert links == [transport if r != rank else "self" for r in range(world)], links
     ops = [dist.ReduceOp.SUM, dist.ReduceOp.AVG, dist.ReduceOp.PRODUCT, dist.ReduceOp.MIN, dist.ReduceOp.MAX]
