@@ -135,6 +135,60 @@ def test_relu_backward_is_threshold_backward():
     torch.testing.assert_close(xd.grad.cpu(), g * (x > 0))
 
 
+ACTIVATIONS = {
+    "silu": (torch.nn.functional.silu, "silu_backward"),
+    "gelu": (torch.nn.functional.gelu, "gelu_backward"),
+    "gelu_tanh": (lambda x: torch.nn.functional.gelu(x, approximate="tanh"), "gelu_backward"),
+    "leaky_relu": (lambda x: torch.nn.functional.leaky_relu(x, 0.2), "leaky_relu_backward"),
+}
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", [(0,), (), (7,), (3, 5), (1 << 17,)], ids=str)
+@pytest.mark.parametrize("name", ACTIVATIONS)
+def test_activations_and_their_backwards(name, shape, dtype, device):
+    fn, backward = ACTIVATIONS[name]
+    a = (torch.randn(shape) * 3).to(dtype)
+    check(fn, a, device=device, dtype=dtype)
+    if a.dim() == 2:
+        check(lambda x: fn(x.t()), a, device=device, dtype=dtype)
+    # the backward against CPU's, through autograd
+    cpu, dev = a.clone().requires_grad_(), a.to(device).requires_grad_()
+    grad = torch.randn(shape).to(dtype)
+    fn(cpu).backward(grad)
+    fn(dev).backward(grad.to(device))
+    torch.testing.assert_close(dev.grad.cpu(), cpu.grad, **TOL[dtype])
+    counts = dict(torch.openreg.fallback_counts())
+    assert not any(name.split("_")[0] in op for op in counts), counts  # no CPU fallback
+
+
+def test_activation_variants_out_in_place_nan_and_errors():
+    F = torch.nn.functional
+    a = torch.tensor([float("nan"), -3.0, -0.5, 0.0, 0.5, 3.0])
+    for approximate in ["none", "tanh"]:
+        out = torch.empty(6, device="openreg:1")
+        torch._C._nn.gelu(a.openreg(1), approximate=approximate, out=out)
+        torch.testing.assert_close(out.cpu(), F.gelu(a, approximate=approximate), equal_nan=True)
+        x = a.openreg()
+        torch._C._nn.gelu_(x, approximate=approximate)
+        torch.testing.assert_close(x.cpu(), F.gelu(a, approximate=approximate), equal_nan=True)
+    for fn in [F.silu, lambda t: F.leaky_relu(t, 0.1)]:
+        check(fn, a, device="openreg:0")
+        x, y = a.openreg(), a.clone()
+        fn(x, inplace=True) if fn is F.silu else F.leaky_relu_(x, 0.1)
+        fn(y, inplace=True) if fn is F.silu else F.leaky_relu_(y, 0.1)
+        torch.testing.assert_close(x.cpu(), y, equal_nan=True)
+    g = torch.randn(6)
+    for approximate in ["none", "tanh"]:
+        check(lambda g, x: torch.ops.aten.gelu_backward(g, x, approximate=approximate), g, a, device="openreg:0")
+    check(torch.ops.aten.silu_backward, g, a, device="openreg:0")
+    check(lambda g, x: torch.ops.aten.leaky_relu_backward(g, x, 0.3, False), g, a, device="openreg:0")
+    same_error(lambda x: F.gelu(x, approximate="bad"), torch.ones(2))
+    same_error(lambda x: torch.ops.aten.leaky_relu_backward(x, x, -0.1, True), torch.ones(2))
+    same_error(lambda x: F.silu(x), torch.ones(2, dtype=torch.int64))
+
+
 @pytest.mark.parametrize("dtype", DTYPES + [torch.int64, torch.bool, torch.float64])
 def test_fill_and_zero(dtype):
     x = torch.empty(4, 3, dtype=dtype, device="openreg:0")

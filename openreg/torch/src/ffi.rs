@@ -122,6 +122,14 @@ pub(crate) mod ffi {
         Relu,
         Sigmoid,
         Tanh,
+        Silu,
+        /// `scalar`: 0 for the exact GELU, 1 for the tanh approximation.
+        Gelu,
+        /// `scalar`: the negative slope.
+        LeakyRelu,
+        SiluBackward,
+        GeluBackward,
+        LeakyReluBackward,
     }
 
     /// A reduction of the Rust kernels (`kernels/reduce.rs`).

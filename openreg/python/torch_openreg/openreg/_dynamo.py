@@ -148,7 +148,8 @@ def openreg_backend(gm, example_inputs, **kwargs):
 
 def decompositions():
     """Core ATen decompositions of the operators with no openreg kernel: their pieces may have
-    one (silu is x * sigmoid(x)); the others still reach the CPU fallback, as in eager."""
+    one (addcdiv is an add, a multiplication and a division); the others still reach the CPU
+    fallback, as in eager."""
     from torch._decomp import core_aten_decompositions
 
     has_kernel = torch._C._dispatch_has_kernel_for_dispatch_key

@@ -11,6 +11,14 @@
 #include <ATen/ops/exp.h>
 #include <ATen/ops/exp_meta.h>
 #include <ATen/ops/fill.h>
+#include <ATen/ops/gelu.h>
+#include <ATen/ops/gelu_backward.h>
+#include <ATen/ops/gelu_backward_meta.h>
+#include <ATen/ops/gelu_meta.h>
+#include <ATen/ops/leaky_relu.h>
+#include <ATen/ops/leaky_relu_backward.h>
+#include <ATen/ops/leaky_relu_backward_meta.h>
+#include <ATen/ops/leaky_relu_meta.h>
 #include <ATen/ops/mul.h>
 #include <ATen/ops/mul_meta.h>
 #include <ATen/ops/neg.h>
@@ -18,6 +26,10 @@
 #include <ATen/ops/relu.h>
 #include <ATen/ops/sigmoid.h>
 #include <ATen/ops/sigmoid_meta.h>
+#include <ATen/ops/silu.h>
+#include <ATen/ops/silu_backward.h>
+#include <ATen/ops/silu_backward_meta.h>
+#include <ATen/ops/silu_meta.h>
 #include <ATen/ops/sub.h>
 #include <ATen/ops/sub_meta.h>
 #include <ATen/ops/tanh.h>
@@ -172,6 +184,117 @@ OPENREG_UNARY(neg, Neg)
 OPENREG_UNARY(exp, Exp)
 OPENREG_UNARY(sigmoid, Sigmoid)
 OPENREG_UNARY(tanh, Tanh)
+OPENREG_UNARY(silu, Silu)
+
+// ANCHOR: activations
+// gelu's `approximate` ("none" or "tanh") becomes the kernel's scalar. The meta function does
+// not look at it (CPU's kernel does): any other string is CPU's error here.
+double gelu_kind(std::string_view approximate) {
+  TORCH_CHECK(approximate == "none" || approximate == "tanh",
+              "approximate argument must be either none or tanh.");
+  return approximate == "tanh" ? 1.0 : 0.0;
+}
+
+at::Tensor gelu(const at::Tensor& self, std::string_view approximate) {
+  return pointwise<at::meta::structured_gelu, Variant::Functional>(
+      "gelu", Pointwise::Gelu, gelu_kind(approximate), {},
+      [&](at::Tensor out) { at::gelu_out(out, host_alias(self), approximate); }, self,
+      approximate);
+}
+// ANCHOR_END: activations
+
+at::Tensor& gelu_(at::Tensor& self, std::string_view approximate) {
+  pointwise<at::meta::structured_gelu, Variant::InPlace>(
+      "gelu_", Pointwise::Gelu, gelu_kind(approximate), self,
+      [&](at::Tensor out) { at::gelu_out(out, out, approximate); }, self, approximate);
+  return self;
+}
+
+at::Tensor& gelu_out(const at::Tensor& self, std::string_view approximate, at::Tensor& out) {
+  pointwise<at::meta::structured_gelu, Variant::Out>(
+      "gelu.out", Pointwise::Gelu, gelu_kind(approximate), out,
+      [&](at::Tensor o) { at::gelu_out(o, host_alias(self), approximate); }, self, approximate);
+  return out;
+}
+
+at::Tensor gelu_backward(const at::Tensor& grad, const at::Tensor& self,
+                         std::string_view approximate) {
+  return pointwise<at::meta::structured_gelu_backward, Variant::Functional>(
+      "gelu_backward", Pointwise::GeluBackward, gelu_kind(approximate), {},
+      [&](at::Tensor out) {
+        at::gelu_backward_out(out, host_alias(grad), host_alias(self), approximate);
+      },
+      grad, self, approximate);
+}
+
+at::Tensor& gelu_backward_out(const at::Tensor& grad, const at::Tensor& self,
+                              std::string_view approximate, at::Tensor& out) {
+  pointwise<at::meta::structured_gelu_backward, Variant::Out>(
+      "gelu_backward.grad_input", Pointwise::GeluBackward, gelu_kind(approximate), out,
+      [&](at::Tensor o) {
+        at::gelu_backward_out(o, host_alias(grad), host_alias(self), approximate);
+      },
+      grad, self, approximate);
+  return out;
+}
+
+at::Tensor silu_backward(const at::Tensor& grad, const at::Tensor& self) {
+  return pointwise<at::meta::structured_silu_backward, Variant::Functional>(
+      "silu_backward", Pointwise::SiluBackward, 0.0, {},
+      [&](at::Tensor out) { at::silu_backward_out(out, host_alias(grad), host_alias(self)); },
+      grad, self);
+}
+
+at::Tensor& silu_backward_out(const at::Tensor& grad, const at::Tensor& self, at::Tensor& out) {
+  pointwise<at::meta::structured_silu_backward, Variant::Out>(
+      "silu_backward.grad_input", Pointwise::SiluBackward, 0.0, out,
+      [&](at::Tensor o) { at::silu_backward_out(o, host_alias(grad), host_alias(self)); },
+      grad, self);
+  return out;
+}
+
+at::Tensor leaky_relu(const at::Tensor& self, const at::Scalar& slope) {
+  return pointwise<at::meta::structured_leaky_relu, Variant::Functional>(
+      "leaky_relu", Pointwise::LeakyRelu, to_double(slope), {},
+      [&](at::Tensor out) { at::leaky_relu_out(out, host_alias(self), slope); }, self, slope);
+}
+
+at::Tensor& leaky_relu_(at::Tensor& self, const at::Scalar& slope) {
+  pointwise<at::meta::structured_leaky_relu, Variant::InPlace>(
+      "leaky_relu_", Pointwise::LeakyRelu, to_double(slope), self,
+      [&](at::Tensor out) { at::leaky_relu_out(out, out, slope); }, self, slope);
+  return self;
+}
+
+at::Tensor& leaky_relu_out(const at::Tensor& self, const at::Scalar& slope, at::Tensor& out) {
+  pointwise<at::meta::structured_leaky_relu, Variant::Out>(
+      "leaky_relu.out", Pointwise::LeakyRelu, to_double(slope), out,
+      [&](at::Tensor o) { at::leaky_relu_out(o, host_alias(self), slope); }, self, slope);
+  return out;
+}
+
+// Like threshold_backward, its iterator lists self before grad: no same-shape short way.
+at::Tensor leaky_relu_backward(const at::Tensor& grad, const at::Tensor& self,
+                               const at::Scalar& slope, bool self_is_result) {
+  return pointwise<at::meta::structured_leaky_relu_backward, Variant::Functional, false>(
+      "leaky_relu_backward", Pointwise::LeakyReluBackward, to_double(slope), {},
+      [&](at::Tensor out) {
+        at::leaky_relu_backward_out(out, host_alias(grad), host_alias(self), slope, self_is_result);
+      },
+      grad, self, slope, self_is_result);
+}
+
+at::Tensor& leaky_relu_backward_out(const at::Tensor& grad, const at::Tensor& self,
+                                    const at::Scalar& slope, bool self_is_result,
+                                    at::Tensor& out) {
+  pointwise<at::meta::structured_leaky_relu_backward, Variant::Out, false>(
+      "leaky_relu_backward.grad_input", Pointwise::LeakyReluBackward, to_double(slope), out,
+      [&](at::Tensor o) {
+        at::leaky_relu_backward_out(o, host_alias(grad), host_alias(self), slope, self_is_result);
+      },
+      grad, self, slope, self_is_result);
+  return out;
+}
 
 // relu's backward. Its iterator lists self before grad, the reverse of the arguments, so it
 // skips the same-shape short way (which takes tensors in argument order).
@@ -293,6 +416,21 @@ void register_pointwise_ops() {
     library.impl("tanh", TORCH_FN(tanh));
     library.impl("tanh_", TORCH_FN(tanh_));
     library.impl("tanh.out", TORCH_FN(tanh_out));
+    library.impl("silu", TORCH_FN(silu));
+    library.impl("silu_", TORCH_FN(silu_));
+    library.impl("silu.out", TORCH_FN(silu_out));
+    library.impl("silu_backward", TORCH_FN(silu_backward));
+    library.impl("silu_backward.grad_input", TORCH_FN(silu_backward_out));
+    library.impl("gelu", TORCH_FN(gelu));
+    library.impl("gelu_", TORCH_FN(gelu_));
+    library.impl("gelu.out", TORCH_FN(gelu_out));
+    library.impl("gelu_backward", TORCH_FN(gelu_backward));
+    library.impl("gelu_backward.grad_input", TORCH_FN(gelu_backward_out));
+    library.impl("leaky_relu", TORCH_FN(leaky_relu));
+    library.impl("leaky_relu_", TORCH_FN(leaky_relu_));
+    library.impl("leaky_relu.out", TORCH_FN(leaky_relu_out));
+    library.impl("leaky_relu_backward", TORCH_FN(leaky_relu_backward));
+    library.impl("leaky_relu_backward.grad_input", TORCH_FN(leaky_relu_backward_out));
     library.impl("relu", TORCH_FN(relu));
     library.impl("relu_", TORCH_FN(relu_));
     library.impl("threshold_backward", TORCH_FN(threshold_backward));

@@ -66,13 +66,19 @@ pub(crate) fn arity(op: Pointwise) -> Option<usize> {
         | Pointwise::Exp
         | Pointwise::Relu
         | Pointwise::Sigmoid
-        | Pointwise::Tanh => 1,
+        | Pointwise::Tanh
+        | Pointwise::Silu
+        | Pointwise::Gelu
+        | Pointwise::LeakyRelu => 1,
         Pointwise::Add
         | Pointwise::Mul
         | Pointwise::Div
         | Pointwise::Maximum
         | Pointwise::Minimum
-        | Pointwise::ThresholdBackward => 2,
+        | Pointwise::ThresholdBackward
+        | Pointwise::SiluBackward
+        | Pointwise::GeluBackward
+        | Pointwise::LeakyReluBackward => 2,
         _ => return None,
     })
 }
@@ -202,12 +208,50 @@ unsafe fn compute_any(op: Pointwise, x: f32, a: *const f32, b: *const f32, o: *m
             // threshold_backward's iterator lists `self` before `grad`: the gradient where
             // self > threshold.
             Pointwise::ThresholdBackward => map2(n, a, b, o, |s, grad| if s <= x { 0.0 } else { grad }),
+            // ANCHOR: activations
+            Pointwise::Silu => map1(n, a, o, |a| a / (1.0 + (-a).exp())),
+            Pointwise::Gelu if x == 0.0 => map1(n, a, o, |a| 0.5 * a * (1.0 + erf(a * FRAC_1_SQRT_2))),
+            Pointwise::Gelu => map1(n, a, o, |a| 0.5 * a * (1.0 + (SQRT_2_OVER_PI * (a + KAPPA * a * a * a)).tanh())),
+            Pointwise::LeakyRelu => map1(n, a, o, |a| if a > 0.0 { a } else { a * x }),
+            // The backwards take (grad, self), except leaky_relu's: its iterator lists self first.
+            Pointwise::SiluBackward => map2(n, a, b, o, |grad, s| {
+                let sigmoid = 1.0 / (1.0 + (-s).exp());
+                grad * sigmoid * (1.0 + s * (1.0 - sigmoid))
+            }),
+            Pointwise::GeluBackward if x == 0.0 => map2(n, a, b, o, |grad, s| {
+                let cdf = 0.5 * (1.0 + erf(s * FRAC_1_SQRT_2));
+                let pdf = (-0.5 * s * s).exp() * FRAC_1_SQRT_2PI;
+                grad * (cdf + s * pdf)
+            }),
+            Pointwise::GeluBackward => map2(n, a, b, o, |grad, s| {
+                let inner = SQRT_2_OVER_PI * (s + KAPPA * s * s * s);
+                let t = inner.tanh();
+                let d_inner = SQRT_2_OVER_PI * (1.0 + 3.0 * KAPPA * s * s);
+                grad * (0.5 * (1.0 + t) + 0.5 * s * (1.0 - t * t) * d_inner)
+            }),
+            Pointwise::LeakyReluBackward => map2(n, a, b, o, |s, grad| if s > 0.0 { grad } else { grad * x }),
+            // ANCHOR_END: activations
             _ => {} // arity() admits only the operations above
         }
     }
 }
 
 // ANCHOR_END: compute
+
+const FRAC_1_SQRT_2: f32 = std::f32::consts::FRAC_1_SQRT_2;
+/// 1 / sqrt(2 pi), the standard normal density at 0.
+const FRAC_1_SQRT_2PI: f32 = 0.398_942_3;
+/// GELU's tanh approximation: tanh(sqrt(2 / pi) (x + 0.044715 x^3)).
+const SQRT_2_OVER_PI: f32 = 0.797_884_6;
+const KAPPA: f32 = 0.044_715;
+
+/// The error function (the exact GELU needs it; Rust's std has none).
+fn erf(x: f32) -> f32 {
+    unsafe extern "C" {
+        fn erff(x: f32) -> f32; // C's libm, which the standard library links
+    }
+    unsafe { erff(x) }
+}
 
 /// `o[i] = f(a[i])`: generic, so `f` is inlined and the loop vectorised. In place (`o == a`)
 /// is a case of its own: the compiler cannot vectorise a loop whose output may overlap its
