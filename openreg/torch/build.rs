@@ -32,6 +32,8 @@ fn main() {
         "csrc/operators/Matmul.cpp",
         "csrc/operators/SoftMax.cpp",
         "csrc/operators/LossNLL.cpp",
+        "csrc/operators/Convolution.cpp",
+        "csrc/operators/RNN.cpp",
         "csrc/operators/Attention.cpp",
         "csrc/operators/Quantize.cpp",
         "csrc/operators/Codegen.cpp",

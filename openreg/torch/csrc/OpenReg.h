@@ -61,6 +61,8 @@ void register_reductions();
 void register_matmul();
 void register_softmax();
 void register_nll_loss();
+void register_convolution();
+void register_rnn_cells();
 void register_autocast();
 void register_attention();
 void register_quantized_ops();

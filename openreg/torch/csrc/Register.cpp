@@ -35,6 +35,9 @@ void register_backend() {
     register_nll_loss();
     register_codegen_ops();
   }
+  // No CPU kernel exists for these, so the fallback could not run them.
+  register_convolution();
+  register_rnn_cells();
   register_attention();
   register_quantized_ops();
   register_autocast();

@@ -12,8 +12,8 @@ use crate::runtime::device::{
 use crate::error::last_error_kind;
 use crate::operators::fallback::record_fallback;
 use crate::operators::kernels::{
-    launch_abs_f32, launch_matmul, launch_pointwise, launch_reduction, launch_same_shape, launch_softmax, nll_loss_backward,
-    nll_loss_forward,
+    launch_abs_f32, launch_convolution, launch_matmul, launch_pointwise, launch_reduction, launch_rnn_cell,
+    launch_same_shape, launch_softmax, nll_loss_backward, nll_loss_forward,
 };
 use crate::runtime::host_allocator::{
     empty_host_cache, host_free, host_malloc, host_stats, is_pinned, pointer_device,
@@ -149,6 +149,43 @@ pub(crate) mod ffi {
         LogSoftmaxBackward,
     }
 
+    /// A pass of the convolution kernel (`kernels/conv.rs`), named as for a convolution that
+    /// is not transposed; a transposed convolution's forward is `BackwardInput`.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    enum Conv {
+        /// output = weight ⊛ input + bias
+        Forward,
+        /// input = the gradient reaching the input from `output`
+        BackwardInput,
+        /// weight = the gradient reaching the weight from `output`, given `input`
+        BackwardWeight,
+    }
+
+    /// A convolution's shape in the terms of one that is not transposed (1-D and 2-D ones have
+    /// leading spatial dimensions of size 1).
+    #[derive(Debug, Clone, Copy)]
+    struct ConvShape {
+        batch: i64,
+        groups: i64,
+        in_channels: i64,
+        out_channels: i64,
+        input: [i64; 3],
+        output: [i64; 3],
+        kernel: [i64; 3],
+        stride: [i64; 3],
+        padding: [i64; 3],
+        dilation: [i64; 3],
+    }
+
+    /// A fused recurrent cell, forward or backward (`kernels/rnn.rs`).
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    enum Cell {
+        LstmForward,
+        LstmBackward,
+        GruForward,
+        GruBackward,
+    }
+
     /// The arguments of `nll_loss_forward`/`backward`: `reduction` as `at::Reduction`, and
     /// whether the result is per sample (reduction none with a batch dimension).
     #[derive(Debug, Clone, Copy)]
@@ -267,6 +304,18 @@ pub(crate) mod ffi {
             inner: i64,
             device: i64,
         ) -> Result<bool>;
+        /// Contiguous float32 operands; `op` says which one is written.
+        fn launch_convolution(
+            op: Conv,
+            shape: ConvShape,
+            input: Dense,
+            output: Dense,
+            weight: Dense,
+            bias: Dense,
+            device: i64,
+        ) -> Result<()>;
+        /// `operands` in the order of `kernels/rnn.rs`'s `layout`; false if a dtype is not ours.
+        fn launch_rnn_cell(op: Cell, operands: &[Dense], batch: i64, hidden: i64, device: i64) -> Result<bool>;
         /// The NLL loss waits for the stream and runs on the calling thread (see operators/kernels.rs).
         fn nll_loss_forward(
             args: NllLoss,

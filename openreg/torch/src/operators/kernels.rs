@@ -3,6 +3,7 @@
 //! launched, and runs later on the stream's worker (or at once, when the stream is idle and
 //! the work is small: a thread hop would cost more than the kernel).
 
+mod conv;
 mod dtype;
 mod elementwise;
 mod math;
@@ -10,6 +11,7 @@ mod matmul;
 mod nll_loss;
 mod pool;
 mod reduce;
+mod rnn;
 mod softmax;
 mod walk;
 
@@ -17,7 +19,7 @@ use openreg_runtime as rt;
 use rayon::prelude::*;
 
 use crate::error::{Failure, Result};
-use crate::ffi::ffi::{Dense, Matrix, NllLoss, Pointwise, Reduction, Softmax};
+use crate::ffi::ffi::{Cell, Conv, ConvShape, Dense, Matrix, NllLoss, Pointwise, Reduction, Softmax};
 use dtype::Dtype;
 use elementwise::{Elementwise, Source};
 use walk::Layout;
@@ -264,6 +266,65 @@ pub(crate) fn launch_softmax(op: Softmax, out: Dense, inputs: &[Dense], outer: i
     Ok(true)
 }
 // ANCHOR_END: launch_softmax
+
+// ANCHOR: launch_convolution
+/// Launches one pass of a convolution over contiguous float32 operands, each checked to hold
+/// the elements `shape` gives it (`bias`: address 0 when there is none).
+pub(crate) fn launch_convolution(
+    op: Conv, shape: ConvShape, input: Dense, output: Dense, weight: Dense, bias: Dense, device: i64,
+) -> Result<()> {
+    let invalid = |what: String| Failure::from(rt::Error::InvalidValue(format!("convolution: {what}")));
+    let g = conv::Geometry::new(&shape).ok_or_else(|| invalid(format!("invalid shape {shape:?}")))?;
+    let (cin, cout) = (g.groups * g.in_channels, g.groups * g.out_channels);
+    let mut operands = vec![
+        ("input", input, g.batch * cin * g.pixels()),
+        ("output", output, g.batch * cout * g.positions()),
+        ("weight", weight, cout * g.rows()),
+    ];
+    if bias.data != 0 {
+        operands.push(("bias", bias, cout));
+    }
+    let mut at = [0usize; 4];
+    for (k, (name, t, numel)) in operands.into_iter().enumerate() {
+        if Dtype::from_code(t.dtype) != Some(Dtype::Float) || t.numel != numel {
+            return Err(invalid(format!("{name} must be {numel} float32 elements, got {} of dtype code {}", t.numel, t.dtype)));
+        }
+        at[k] = dense(&t, Dtype::Float)?;
+    }
+    let work = conv::Convolution { op, geometry: g, input: at[0], output: at[1], weight: at[2], bias: at[3] };
+    launch(device, g.batch * cout * g.positions() * g.rows(), move || work.run())
+}
+// ANCHOR_END: launch_convolution
+
+/// Launches a fused recurrent cell; `operands` in [`rnn::layout`]'s order, outputs first, an
+/// absent input (a bias, or a gradient that did not reach the cell) with address 0. False,
+/// having done nothing, if a dtype is not float32, float16 or bfloat16.
+pub(crate) fn launch_rnn_cell(op: Cell, operands: &[Dense], batch: i64, hidden: i64, device: i64) -> Result<bool> {
+    let (layout, outputs) = rnn::layout(op);
+    let (batch, hidden) = (batch.max(0) as usize, hidden.max(0) as usize);
+    if operands.len() != layout.len() {
+        return Err(rt::Error::InvalidValue(format!("{op:?} takes {} operands, got {}", layout.len(), operands.len())).into());
+    }
+    let mut slots = Vec::with_capacity(operands.len());
+    for (k, (t, &(width, per_row))) in operands.iter().zip(layout).enumerate() {
+        let numel = width * hidden * if per_row { batch } else { 1 };
+        if t.data == 0 && k >= outputs && t.numel == 0 {
+            slots.push((0, Dtype::Float)); // absent: read as zeros
+            continue;
+        }
+        let Some(dtype) = Dtype::from_code(t.dtype) else { return Ok(false) };
+        if t.numel != numel {
+            return Err(rt::Error::InvalidValue(format!("{op:?} operand {k} has {} elements, {numel} expected", t.numel)).into());
+        }
+        slots.push((dense(t, dtype)?, dtype));
+    }
+    if batch * hidden == 0 {
+        return Ok(true);
+    }
+    let work = rnn::RnnCell { op, slots, batch, hidden };
+    launch(device, batch * hidden * 4, move || work.run())?;
+    Ok(true)
+}
 
 /// `c10::ScalarType::Long`.
 const INT64: i8 = 4;

@@ -195,3 +195,49 @@ impl Matmul {
         }
     }
 }
+
+/// A float32 matrix at a runtime address, strides in elements.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct View {
+    pub ptr: usize,
+    pub rs: isize,
+    pub cs: isize,
+}
+
+/// `dst = lhs @ rhs`, or `dst += lhs @ rhs` when `accumulate` (m x n, m x k, k x n), for the
+/// other kernels (convolution): large products are split by columns over the kernel threads.
+///
+/// # Safety
+/// Every matrix lies in memory the caller may use so, and `dst` overlaps neither input.
+pub(super) unsafe fn gemm_f32(m: usize, n: usize, k: usize, dst: View, accumulate: bool, lhs: View, rhs: View) {
+    if m == 0 || n == 0 {
+        return;
+    }
+    if k == 0 {
+        if !accumulate {
+            for r in 0..m as isize {
+                for c in 0..n as isize {
+                    // SAFETY: inside dst.
+                    unsafe { *(dst.ptr as *mut f32).offset(r * dst.rs + c * dst.cs) = 0.0 };
+                }
+            }
+        }
+        return;
+    }
+    let parts = if m * n * k >= PARALLEL_WORK { super::pool::threads().min(n / 16).max(1) } else { 1 };
+    let width = n.div_ceil(parts);
+    super::pool::run(parts, |p| {
+        let (first, n) = (p * width, width.min(n.saturating_sub(p * width)));
+        if n == 0 {
+            return;
+        }
+        let column = |v: &View| (v.ptr as *mut f32).wrapping_offset(first as isize * v.cs);
+        // SAFETY: the caller's promise; parts write disjoint columns of dst.
+        unsafe {
+            multiply::<f32>(
+                m, n, k, column(&dst), dst.cs, dst.rs, accumulate, lhs.ptr as *const f32, lhs.cs, lhs.rs,
+                column(&rhs), rhs.cs, rhs.rs, 1.0, 1.0,
+            )
+        }
+    });
+}

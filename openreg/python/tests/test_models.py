@@ -1,0 +1,238 @@
+"""The operators model families need, against CPU: convolution (the *_overrideable hooks) and
+the fused recurrent cells, forward and backward, over shapes (empty, size-1, odd), layouts
+(non-contiguous, channels-last), both devices and the dtypes AMP uses; bad input raises what
+CPU raises; nothing reaches the CPU fallback."""
+
+import copy
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+DEVICES = ["openreg:0", "openreg:1"]
+DTYPES = [torch.float32, torch.float16, torch.bfloat16]
+TOL = {torch.float32: dict(rtol=1e-4, atol=1e-4), torch.float16: dict(rtol=2e-2, atol=2e-2),
+       torch.bfloat16: dict(rtol=5e-2, atol=5e-2)}
+
+
+class NoFallback:
+    """Fails if an operator named in `names` (all, if empty) reached the CPU fallback."""
+
+    def __init__(self, *names):
+        self.names = names
+
+    def __enter__(self):
+        self.before = dict(torch.openreg.fallback_counts())
+
+    def __exit__(self, *exc):
+        after = torch.openreg.fallback_counts()
+        new = {op: n for op, n in after.items() if n != self.before.get(op, 0)}
+        if self.names:
+            new = {op: n for op, n in new.items() if any(name in op for name in self.names)}
+        assert not new, f"reached the CPU fallback: {new}"
+
+
+def same_error(fn, *inputs, device="openreg:0"):
+    """`fn` raises the same exception class with the same message on CPU and on the device."""
+    with pytest.raises(Exception) as cpu:
+        fn(*inputs)
+    with pytest.raises(type(cpu.value)) as dev:
+        fn(*[t.to(device) if isinstance(t, torch.Tensor) else t for t in inputs])
+    assert str(dev.value).replace(device, "cpu") == str(cpu.value), (dev.value, cpu.value)
+
+
+def grads_against_cpu(fn, tensors, device, dtype):
+    """`fn` forward and backward on the device in `dtype` against CPU in float32 on the same
+    (rounded) values: the result and every input's gradient."""
+    rounded = [t.to(dtype) if t is not None else None for t in tensors]
+    cpu = [t.float().detach().requires_grad_() if t is not None else None for t in rounded]
+    dev = [t.detach().to(device).requires_grad_() if t is not None else None for t in rounded]
+    expected = fn(*cpu)
+    with NoFallback("conv", "lstm", "gru"):
+        got = fn(*dev)
+    assert got.device == torch.device(device) and got.dtype == dtype
+    torch.testing.assert_close(got.float().cpu(), expected, **TOL[dtype])
+    grad = torch.randn(expected.shape).to(dtype)
+    expected.backward(grad.float())
+    got.backward(grad.to(device))
+    for c, d in zip(cpu, dev):
+        if c is not None:
+            torch.testing.assert_close(d.grad.float().cpu(), c.grad, **TOL[dtype])
+
+
+# (function, input, weight, bias, keyword arguments)
+CONVOLUTIONS = [
+    (F.conv2d, (2, 3, 8, 8), (4, 3, 3, 3), (4,), {}),
+    (F.conv2d, (2, 3, 9, 7), (4, 3, 3, 3), None, dict(stride=2, padding=1)),
+    (F.conv2d, (1, 4, 9, 7), (6, 2, 3, 2), (6,), dict(groups=2, dilation=(2, 1), padding=(1, 2))),
+    (F.conv2d, (3, 4, 5, 5), (4, 1, 3, 3), None, dict(groups=4, padding="same")),  # depthwise
+    (F.conv2d, (3, 4, 6, 6), (4, 4, 2, 2), (4,), dict(padding="same")),  # uneven 'same'
+    (F.conv2d, (2, 8, 5, 5), (16, 8, 1, 1), (16,), {}),  # 1x1: no im2col
+    (F.conv2d, (1, 1, 1, 1), (1, 1, 1, 1), (1,), {}),
+    (F.conv2d, (0, 3, 8, 8), (4, 3, 3, 3), (4,), {}),  # empty batch
+    (F.conv2d, (2, 3, 3, 3), (5, 3, 3, 3), (5,), {}),  # kernel = input: one position
+    (F.conv1d, (2, 3, 10), (5, 3, 3), (5,), dict(stride=2)),
+    (F.conv1d, (2, 4, 11), (4, 2, 4), None, dict(groups=2, padding="same", dilation=2)),
+    (F.conv3d, (2, 2, 5, 6, 4), (3, 2, 3, 2, 2), (3,), dict(padding=1, stride=(1, 2, 1))),
+    (F.conv_transpose2d, (2, 4, 5, 5), (4, 3, 3, 3), (3,), dict(stride=2, padding=1, output_padding=1)),
+    (F.conv_transpose2d, (2, 4, 5, 5), (4, 2, 3, 3), (4,), dict(stride=2, groups=2, dilation=2)),
+    (F.conv_transpose1d, (2, 4, 7), (4, 3, 3), None, dict(stride=3)),
+    (F.conv_transpose3d, (1, 2, 3, 4, 3), (2, 3, 2, 2, 2), (3,), dict(stride=2)),
+]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("case", CONVOLUTIONS, ids=lambda c: f"{c[0].__name__}{c[1]}{c[2]}{c[4]}")
+def test_convolution_forward_and_backward(case, dtype, device):
+    fn, x, w, b, kwargs = case
+    tensors = [torch.randn(x), torch.randn(w), torch.randn(b) if b else None]
+    grads_against_cpu(lambda x, w, b: fn(x, w, b, **kwargs), tensors, device, dtype)
+
+
+@pytest.mark.parametrize("layout", ["transposed", "sliced", "channels_last", "channels_last_weight"])
+def test_convolution_of_other_layouts(layout):
+    x, w, b = torch.randn(2, 6, 7, 9), torch.randn(5, 6, 3, 3), torch.randn(5)
+    views = {
+        "transposed": lambda x, w: (x.transpose(2, 3), w.transpose(2, 3)),
+        "sliced": lambda x, w: (x[:, ::2, 1:, ::2], w[:, ::2]),
+        "channels_last": lambda x, w: (x.contiguous(memory_format=torch.channels_last), w),
+        "channels_last_weight": lambda x, w: (x, w.contiguous(memory_format=torch.channels_last)),
+    }[layout]
+    expected = F.conv2d(*views(x, w), b, padding=1)
+    xd, wd = x.openreg().requires_grad_(), w.openreg().requires_grad_()
+    got = F.conv2d(*views(xd, wd), b.openreg(), padding=1)
+    torch.testing.assert_close(got.cpu(), expected, **TOL[torch.float32])
+    got.sum().backward()
+    xc, wc = x.clone().requires_grad_(), w.clone().requires_grad_()
+    F.conv2d(*views(xc, wc), b, padding=1).sum().backward()
+    torch.testing.assert_close(xd.grad.cpu(), xc.grad, **TOL[torch.float32])
+    torch.testing.assert_close(wd.grad.cpu(), wc.grad, **TOL[torch.float32])
+
+
+def test_convolution_of_other_dtypes_runs_on_the_host_counted():
+    x, w = torch.randn(2, 3, 5, 5, dtype=torch.float64), torch.randn(4, 3, 3, 3, dtype=torch.float64)
+    xd, wd = x.openreg().requires_grad_(), w.openreg().requires_grad_()
+    got = F.conv2d(xd, wd, padding=1)
+    torch.testing.assert_close(got.cpu(), F.conv2d(x, w, padding=1))
+    got.sum().backward()
+    xc = x.clone().requires_grad_()
+    F.conv2d(xc, w, padding=1).sum().backward()
+    torch.testing.assert_close(xd.grad.cpu(), xc.grad)
+    counts = torch.openreg.fallback_counts()
+    assert any("convolution_overrideable" in op for op in counts), counts
+
+
+def test_convolution_bad_input_raises_what_cpu_raises():
+    x, w = torch.ones(1, 3, 5, 5), torch.ones(4, 3, 3, 3)
+    same_error(F.conv2d, x, torch.ones(4, 2, 3, 3))  # wrong channel count
+    same_error(F.conv2d, torch.ones(1, 3, 2, 2), w)  # kernel larger than the padded input
+    same_error(lambda x, w: F.conv2d(x, w, padding=-1), x, w)
+    same_error(lambda x, w: F.conv2d(x, w, stride=0), x, w)
+    same_error(lambda x, w: F.conv2d(x, w, dilation=0), x, w)
+    same_error(lambda x, w: F.conv2d(x, w, groups=3), x, torch.ones(4, 1, 3, 3))
+    same_error(F.conv2d, x, w, torch.ones(3))  # bias of the wrong size
+    with pytest.raises(RuntimeError, match="output padding must be smaller"):
+        F.conv_transpose2d(x.openreg(), torch.ones(3, 4, 3, 3).openreg(), output_padding=2)
+    with pytest.raises(RuntimeError, match="same device"):
+        F.conv2d(x.openreg(), w)
+
+
+def test_conv_layers_under_autocast_with_grad_scaler():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.Conv2d(8, 4, 3), nn.Flatten(), nn.LazyLinear(2))
+    model(torch.randn(1, 3, 8, 8))
+    device = copy.deepcopy(model).openreg()
+    x, y = torch.randn(4, 3, 8, 8), torch.randn(4, 2)
+    scaler = torch.amp.GradScaler("openreg")
+    optimizer = torch.optim.SGD(device.parameters(), lr=0.1)
+    with torch.autocast("openreg", dtype=torch.float16):
+        h = device[0](x.openreg())
+        assert h.dtype == torch.float16  # conv is on autocast's lower-precision list
+        loss = F.mse_loss(device(x.openreg()).float(), y.openreg())
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+    expected = F.mse_loss(model(x), y)
+    torch.testing.assert_close(loss.cpu(), expected, rtol=2e-2, atol=2e-2)
+    assert all(p.grad.dtype == torch.float32 and torch.isfinite(p.grad).all() for p in device.parameters())
+
+
+RNNS = {
+    "lstm": lambda: nn.LSTM(5, 7, num_layers=2, bidirectional=True, batch_first=True),
+    "gru": lambda: nn.GRU(5, 7, num_layers=2, bidirectional=True),
+    "lstm_no_bias": lambda: nn.LSTM(5, 7, bias=False),
+    "gru_no_bias": lambda: nn.GRU(5, 1, bias=False),
+    "lstm_cell": lambda: nn.LSTMCell(5, 7),
+    "gru_cell": lambda: nn.GRUCell(5, 7),
+}
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("name", RNNS)
+def test_recurrent_modules_train_like_cpu(name, dtype, device):
+    torch.manual_seed(0)
+    cpu = RNNS[name]()
+    dev = copy.deepcopy(cpu).to(device, dtype)
+    cpu = copy.deepcopy(dev).cpu().float()  # the same rounded weights
+    shape = (3, 5) if "cell" in name else (3, 4, 5)
+    x = torch.randn(shape).to(dtype)
+    outputs = []
+    for model, inp in [(cpu, x.float()), (dev, x.to(device))]:
+        with NoFallback("lstm", "gru"):
+            out = model(inp)
+        out = out[0] if isinstance(out, tuple) else out
+        out.float().pow(2).sum().backward()
+        outputs.append(out)
+    torch.testing.assert_close(outputs[1].float().cpu(), outputs[0], **TOL[dtype])
+    for p, q in zip(cpu.parameters(), dev.parameters()):
+        torch.testing.assert_close(q.grad.float().cpu(), p.grad, **TOL[dtype])
+
+
+def test_recurrent_cells_with_states_and_empty_batches():
+    torch.manual_seed(0)
+    lstm, gru = nn.LSTM(4, 6), nn.GRU(4, 6, num_layers=2)
+    h, c = torch.randn(1, 3, 6), torch.randn(1, 3, 6)
+    x = torch.randn(5, 3, 4)
+    for model, state in [(lstm, (h, c)), (gru, torch.randn(2, 3, 6))]:
+        dev = copy.deepcopy(model).openreg()
+        dstate = tuple(t.openreg() for t in state) if isinstance(state, tuple) else state.openreg()
+        expected, got = model(x, state), dev(x.openreg(), dstate)
+        torch.testing.assert_close(got[0].cpu(), expected[0], **TOL[torch.float32])
+        torch.testing.assert_close(torch.utils._pytree.tree_map(lambda t: t.cpu(), got[1]), expected[1],
+                                   **TOL[torch.float32])
+    # An empty batch, and the cells' operators called directly with and without biases.
+    assert nn.LSTMCell(4, 6).openreg()(torch.randn(0, 4).openreg())[0].shape == (0, 6)
+    gates, cx = torch.randn(3, 24), torch.randn(3, 6)
+    bias = torch.randn(24)
+    for biases in [(), (bias, bias * 2)]:
+        hy, cy, _ = torch.ops.aten._thnn_fused_lstm_cell(gates.openreg(), gates.openreg(), cx.openreg(),
+                                                         *[b.openreg() for b in biases])
+        total = gates * 2 + (bias * 3 if biases else 0)
+        i, f, g, o = total.chunk(4, 1)
+        c = i.sigmoid() * g.tanh() + f.sigmoid() * cx
+        torch.testing.assert_close(cy.cpu(), c)
+        torch.testing.assert_close(hy.cpu(), o.sigmoid() * c.tanh())
+
+
+def test_recurrent_bad_input_raises_clear_errors():
+    lstm = nn.LSTM(4, 6)
+    x = torch.randn(5, 3, 4)
+    bad = (torch.randn(1, 2, 6), torch.randn(1, 3, 6))  # hidden batch 2, input batch 3
+    same_error(lambda x, h, c: copy.deepcopy(lstm).to(x.device)(x, (h, c)), x, *bad)
+    same_error(lambda x, h: nn.GRUCell(4, 6).to(x.device)(x, h), torch.randn(3, 4), torch.randn(2, 6))
+    same_error(lambda x, h: nn.GRU(4, 6).to(x.device)(x, h), x, torch.randn(1, 3, 5))
+    dev = lambda *shape, dtype=torch.float32: torch.randn(*shape, dtype=dtype).openreg()
+    with pytest.raises(RuntimeError, match=r"cx of size \[2, 2\], got \[3, 2\]"):
+        torch.ops.aten._thnn_fused_lstm_cell(dev(2, 8), dev(2, 8), dev(3, 2))
+    with pytest.raises(RuntimeError, match=r"hidden_gates of the size of input_gates"):
+        torch.ops.aten._thnn_fused_gru_cell(dev(2, 6), dev(2, 9), dev(2, 2))
+    with pytest.raises(RuntimeError, match=r"biases of size \[6\]"):
+        torch.ops.aten._thnn_fused_gru_cell(dev(2, 6), dev(2, 6), dev(2, 2), dev(5), dev(5))
+    with pytest.raises(NotImplementedError, match="not Double"):
+        d = lambda *s: dev(*s, dtype=torch.float64)
+        torch.ops.aten._thnn_fused_lstm_cell(d(2, 8), d(2, 8), d(2, 2))
+    with pytest.raises(RuntimeError, match="same device"):
+        torch.ops.aten._thnn_fused_gru_cell(dev(2, 6), dev(2, 6), torch.randn(2, 2))
