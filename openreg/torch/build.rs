@@ -34,6 +34,8 @@ fn main() {
         "csrc/operators/LossNLL.cpp",
         "csrc/operators/Convolution.cpp",
         "csrc/operators/RNN.cpp",
+        "csrc/operators/Normalization.cpp",
+        "csrc/operators/Pooling.cpp",
         "csrc/operators/Attention.cpp",
         "csrc/operators/Quantize.cpp",
         "csrc/operators/Codegen.cpp",

@@ -63,6 +63,8 @@ void register_softmax();
 void register_nll_loss();
 void register_convolution();
 void register_rnn_cells();
+void register_normalization();
+void register_pooling();
 void register_autocast();
 void register_attention();
 void register_quantized_ops();

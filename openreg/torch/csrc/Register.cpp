@@ -33,6 +33,8 @@ void register_backend() {
     register_matmul();
     register_softmax();
     register_nll_loss();
+    register_normalization();
+    register_pooling();
     register_codegen_ops();
   }
   // No CPU kernel exists for these, so the fallback could not run them.

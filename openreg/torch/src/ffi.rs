@@ -12,8 +12,8 @@ use crate::runtime::device::{
 use crate::error::last_error_kind;
 use crate::operators::fallback::record_fallback;
 use crate::operators::kernels::{
-    launch_abs_f32, launch_convolution, launch_matmul, launch_pointwise, launch_reduction, launch_rnn_cell,
-    launch_same_shape, launch_softmax, nll_loss_backward, nll_loss_forward,
+    launch_abs_f32, launch_convolution, launch_matmul, launch_norm, launch_pointwise, launch_pool2d, launch_reduction,
+    launch_rnn_cell, launch_same_shape, launch_softmax, nll_loss_backward, nll_loss_forward,
 };
 use crate::runtime::host_allocator::{
     empty_host_cache, host_free, host_malloc, host_stats, is_pinned, pointer_device,
@@ -186,6 +186,54 @@ pub(crate) mod ffi {
         GruBackward,
     }
 
+    /// A normalization kernel (`kernels/norm.rs`); layer norm is group norm of one group.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    enum Norm {
+        GroupNorm,
+        GroupNormBackward,
+        BatchNorm,
+        BatchNormBackward,
+    }
+
+    /// A normalization's operands are `batch` samples of `channels` channels of `inner`
+    /// contiguous elements; `momentum` and `training` are batch norm's.
+    #[derive(Debug, Clone, Copy)]
+    struct NormShape {
+        batch: i64,
+        channels: i64,
+        inner: i64,
+        groups: i64,
+        eps: f64,
+        momentum: f64,
+        training: bool,
+    }
+
+    /// A 2-D pooling kernel (`kernels/pooling.rs`).
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    enum Pool2d {
+        MaxForward,
+        MaxBackward,
+        AvgForward,
+        AvgBackward,
+        AdaptiveAvgForward,
+        AdaptiveAvgBackward,
+    }
+
+    /// `planes` contiguous [height, width] planes in and out, and the window's parameters
+    /// (`divisor`: avg_pool2d's divisor_override, 0 for none).
+    #[derive(Debug, Clone, Copy)]
+    struct PoolShape {
+        planes: i64,
+        input: [i64; 2],
+        output: [i64; 2],
+        kernel: [i64; 2],
+        stride: [i64; 2],
+        padding: [i64; 2],
+        dilation: [i64; 2],
+        count_include_pad: bool,
+        divisor: i64,
+    }
+
     /// The arguments of `nll_loss_forward`/`backward`: `reduction` as `at::Reduction`, and
     /// whether the result is per sample (reduction none with a batch dimension).
     #[derive(Debug, Clone, Copy)]
@@ -316,6 +364,10 @@ pub(crate) mod ffi {
         ) -> Result<()>;
         /// `operands` in the order of `kernels/rnn.rs`'s `layout`; false if a dtype is not ours.
         fn launch_rnn_cell(op: Cell, operands: &[Dense], batch: i64, hidden: i64, device: i64) -> Result<bool>;
+        /// `operands` in `kernels/norm.rs`'s order; false if a dtype is not ours.
+        fn launch_norm(op: Norm, shape: NormShape, operands: &[Dense], device: i64) -> Result<bool>;
+        /// `operands` in `kernels/pooling.rs`'s order; false if a dtype is not ours.
+        fn launch_pool2d(op: Pool2d, shape: PoolShape, operands: &[Dense], device: i64) -> Result<bool>;
         /// The NLL loss waits for the stream and runs on the calling thread (see operators/kernels.rs).
         fn nll_loss_forward(
             args: NllLoss,

@@ -9,7 +9,9 @@ mod elementwise;
 mod math;
 mod matmul;
 mod nll_loss;
+mod norm;
 mod pool;
+mod pooling;
 mod reduce;
 mod rnn;
 mod softmax;
@@ -19,7 +21,9 @@ use openreg_runtime as rt;
 use rayon::prelude::*;
 
 use crate::error::{Failure, Result};
-use crate::ffi::ffi::{Cell, Conv, ConvShape, Dense, Matrix, NllLoss, Pointwise, Reduction, Softmax};
+use crate::ffi::ffi::{
+    Cell, Conv, ConvShape, Dense, Matrix, NllLoss, Norm, NormShape, Pointwise, Pool2d, PoolShape, Reduction, Softmax,
+};
 use dtype::Dtype;
 use elementwise::{Elementwise, Source};
 use walk::Layout;
@@ -323,6 +327,96 @@ pub(crate) fn launch_rnn_cell(op: Cell, operands: &[Dense], batch: i64, hidden: 
     }
     let work = rnn::RnnCell { op, slots, batch, hidden };
     launch(device, batch * hidden * 4, move || work.run())?;
+    Ok(true)
+}
+
+// ANCHOR: launch_norm
+/// Launches a normalization kernel; `operands` in [`norm::operands`]'s order, an absent one
+/// (no weight, a gradient not asked for, batch norm's statistics in eval) with address 0.
+/// False, having done nothing, if a dtype is not float32, float16 or bfloat16, or the batch is
+/// empty (CPU's kernel then says what the statistics of nothing are).
+pub(crate) fn launch_norm(op: Norm, shape: NormShape, operands: &[Dense], device: i64) -> Result<bool> {
+    let invalid = |what: String| Failure::from(rt::Error::InvalidValue(format!("{op:?}: {what}")));
+    let (count, _) = norm::operands(op);
+    if operands.len() != count {
+        return Err(invalid(format!("{count} operands expected, got {}", operands.len())));
+    }
+    let [n, c, s, g] = [shape.batch, shape.channels, shape.inner, shape.groups].map(|v| v.max(0) as usize);
+    if g == 0 || c % g != 0 {
+        return Err(invalid(format!("{c} channels do not split into {g} groups")));
+    }
+    let (all, stats) = (n * c * s, if matches!(op, Norm::GroupNorm | Norm::GroupNormBackward) { n * g } else { c });
+    let (sizes, required): (&[usize], &[usize]) = match op {
+        Norm::GroupNorm => (&[all, stats, stats, all, c, c], &[0, 1, 2, 3]),
+        Norm::GroupNormBackward => (&[all, c, c, all, all, stats, stats, c], &[3, 4, 5, 6]),
+        Norm::BatchNorm if shape.training => (&[all, c, c, c, c, all, c, c], &[0, 1, 2, 5]),
+        Norm::BatchNorm => (&[all, c, c, c, c, all, c, c], &[0, 3, 4, 5]),
+        _ if shape.training => (&[all, c, c, all, all, c, c, c, c, c], &[3, 4, 8, 9]),
+        _ => (&[all, c, c, all, all, c, c, c, c, c], &[3, 4, 6, 7]),
+    };
+    if all == 0 {
+        return Ok(operands.iter().all(|t| t.numel == 0));
+    }
+    let mut slots = Vec::with_capacity(count);
+    for (k, t) in operands.iter().enumerate() {
+        if t.data == 0 || (t.numel == 0 && sizes[k] != 0) {
+            if required.contains(&k) {
+                return Err(invalid(format!("operand {k} is required")));
+            }
+            slots.push((0, Dtype::Float));
+            continue;
+        }
+        let Some(dtype) = Dtype::from_code(t.dtype) else { return Ok(false) };
+        if t.numel != sizes[k] {
+            return Err(invalid(format!("operand {k} has {} elements, {} expected", t.numel, sizes[k])));
+        }
+        slots.push((dense(t, dtype)?, dtype));
+    }
+    let work = norm::Normalization { op, shape, slots };
+    launch(device, all, move || work.run())?;
+    Ok(true)
+}
+// ANCHOR_END: launch_norm
+
+/// Launches a 2-D pooling kernel; `operands` in [`pooling::operands`]'s order (indices are
+/// int64). False, having done nothing, if a dtype is not ours or an operand is empty.
+pub(crate) fn launch_pool2d(op: Pool2d, shape: PoolShape, operands: &[Dense], device: i64) -> Result<bool> {
+    let invalid = |what: String| Failure::from(rt::Error::InvalidValue(format!("{op:?}: {what}")));
+    if operands.len() != pooling::operands(op) {
+        return Err(invalid(format!("{} operands expected, got {}", pooling::operands(op), operands.len())));
+    }
+    let s = &shape;
+    let positive = [s.kernel, s.stride, s.dilation].iter().flatten().all(|&v| v > 0);
+    let sizes = [s.input, s.output].iter().flatten().chain(&s.padding).all(|&v| v >= 0);
+    let adaptive = matches!(op, Pool2d::AdaptiveAvgForward | Pool2d::AdaptiveAvgBackward);
+    if s.planes < 0 || !sizes || (!adaptive && !positive) || s.divisor < 0 {
+        return Err(invalid(format!("invalid shape {shape:?}")));
+    }
+    let planes = s.planes as usize;
+    let (input, output) = (planes * (s.input[0] * s.input[1]) as usize, planes * (s.output[0] * s.output[1]) as usize);
+    if input == 0 || output == 0 {
+        return Ok(operands.iter().all(|t| t.numel == 0));
+    }
+    let (sizes, indices): (&[usize], usize) = match op {
+        Pool2d::MaxForward => (&[output, output, input], 1),
+        Pool2d::MaxBackward => (&[input, output, output], 2),
+        Pool2d::AvgForward | Pool2d::AdaptiveAvgForward => (&[output, input], usize::MAX),
+        _ => (&[input, output], usize::MAX),
+    };
+    let mut slots = Vec::with_capacity(sizes.len());
+    for (k, t) in operands.iter().enumerate() {
+        let dtype = Dtype::from_code(t.dtype);
+        if (k == indices && t.dtype != INT64) || (k != indices && dtype.is_none()) {
+            return Ok(false);
+        }
+        if t.numel != sizes[k] {
+            return Err(invalid(format!("operand {k} has {} elements, {} expected", t.numel, sizes[k])));
+        }
+        let size = dtype.map_or(8, Dtype::size);
+        slots.push((view(t.data, t.numel * size, &[t.storage, t.storage_len])?, dtype));
+    }
+    let work = pooling::Pooling { op, shape, slots };
+    launch(device, input + output, move || work.run())?;
     Ok(true)
 }
 

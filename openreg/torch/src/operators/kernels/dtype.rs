@@ -89,6 +89,36 @@ pub(crate) unsafe fn store(dtype: Dtype, dst: *mut u8, stride: isize, values: &[
     }
 }
 
+/// `len` elements of `slot` from element `first`, as float32: in place for float32, else
+/// converted into `scratch`.
+///
+/// # Safety
+/// The range lies in the operand, which the launch checked.
+pub(crate) unsafe fn read(slot: (usize, Dtype), first: usize, len: usize, scratch: &mut Vec<f32>) -> &[f32] {
+    let (ptr, dt) = slot;
+    if dt == Dtype::Float {
+        return unsafe { std::slice::from_raw_parts((ptr as *const f32).add(first), len) };
+    }
+    scratch.resize(len, 0.0);
+    unsafe { load(dt, (ptr + first * dt.size()) as *const u8, dt.size() as isize, scratch) };
+    scratch
+}
+
+/// Runs `f` over `len` float32 elements that end up in `slot` from element `first`: the
+/// operand itself for float32, else `scratch`, stored after.
+///
+/// # Safety
+/// As for [`read`]; no one else writes the range meanwhile.
+pub(crate) unsafe fn write(slot: (usize, Dtype), first: usize, len: usize, scratch: &mut Vec<f32>, f: impl FnOnce(&mut [f32])) {
+    let (ptr, dt) = slot;
+    if dt == Dtype::Float {
+        return f(unsafe { std::slice::from_raw_parts_mut((ptr as *mut f32).add(first), len) });
+    }
+    scratch.resize(len, 0.0);
+    f(scratch);
+    unsafe { store(dt, (ptr + first * dt.size()) as *mut u8, dt.size() as isize, scratch) };
+}
+
 #[inline(always)]
 unsafe fn gather(src: *const u8, stride: isize, out: &mut [f32], read: impl Fn(*const u8) -> f32) {
     for (i, o) in out.iter_mut().enumerate() {

@@ -1,0 +1,339 @@
+//! Normalization layers. Group norm normalizes each group of channels of a sample over its
+//! (contiguous) elements, then scales and shifts per channel; layer norm is the same kernel
+//! with one group whose channels are a row's elements. Batch norm normalizes each channel over
+//! the batch, and in training updates the running statistics in place.
+//!
+//! Statistics are two passes (mean, then the centred sum of squares) with 16 float32 partial
+//! sums, added in float64: as exact as CPU's, and vectorised.
+
+use super::dtype::{self, Dtype, read, write};
+use super::pool;
+use crate::ffi::ffi::{Norm, NormShape};
+
+/// An operand: runtime address (0: absent) and dtype.
+pub(crate) type Slot = (usize, Dtype);
+
+/// The operands of `op`, outputs first (in C++'s order), and how many are outputs.
+pub(crate) fn operands(op: Norm) -> (usize, usize) {
+    match op {
+        // out, mean, rstd | input, weight, bias
+        Norm::GroupNorm => (6, 3),
+        // grad_input, grad_weight, grad_bias | grad_out, input, mean, rstd, weight
+        Norm::GroupNormBackward => (8, 3),
+        // out, save_mean, save_invstd, running_mean, running_var | input, weight, bias
+        Norm::BatchNorm => (8, 5),
+        // grad_input, grad_weight, grad_bias | grad_out, input, weight, running_mean,
+        // running_var, save_mean, save_invstd
+        Norm::BatchNormBackward => (10, 3),
+        _ => (0, 0),
+    }
+}
+
+const LANES: usize = 16;
+
+/// Σ f(x) over `x`, in `LANES` float32 partial sums the compiler vectorises.
+fn sum(x: &[f32], f: impl Fn(f32) -> f32) -> f64 {
+    let mut acc = [0.0f32; LANES];
+    let chunks = x.chunks_exact(LANES);
+    let rest = chunks.remainder();
+    for c in chunks {
+        for i in 0..LANES {
+            acc[i] += f(c[i]);
+        }
+    }
+    acc.iter().map(|&v| v as f64).sum::<f64>() + rest.iter().map(|&v| f(v) as f64).sum::<f64>()
+}
+
+/// A whole per-channel operand as float32, or `fill` when it is absent.
+fn channels(slot: Slot, count: usize, fill: f32) -> Vec<f32> {
+    let mut v = vec![fill; count];
+    if slot.0 != 0 {
+        // SAFETY: `count` elements, checked at launch.
+        unsafe { dtype::load(slot.1, slot.0 as *const u8, slot.1.size() as isize, &mut v) };
+    }
+    v
+}
+
+#[derive(Clone)] // a graph replays a captured kernel
+pub(crate) struct Normalization {
+    pub op: Norm,
+    pub shape: NormShape,
+    pub slots: Vec<Slot>,
+}
+
+impl Normalization {
+    fn dims(&self) -> (usize, usize, usize, usize) {
+        let s = &self.shape;
+        let n = |v: i64| v.max(0) as usize;
+        (n(s.batch), n(s.channels), n(s.inner), n(s.groups).max(1))
+    }
+
+    pub(crate) fn run(&self) {
+        match self.op {
+            Norm::GroupNorm => self.group_norm(),
+            Norm::GroupNormBackward => self.group_norm_backward(),
+            Norm::BatchNorm => self.batch_norm(),
+            _ => self.batch_norm_backward(),
+        }
+    }
+
+    /// Parts for `items` independent pieces of `size` elements each.
+    fn parts(items: usize, size: usize) -> usize {
+        pool::threads().min((items * size).div_ceil(1 << 15)).min(items).max(1)
+    }
+
+// ANCHOR: group_norm
+    fn group_norm(&self) {
+        let (n, c, s, g) = self.dims();
+        let [out, mean, rstd, input, weight, bias] = self.slots[..] else { return };
+        let (weight, bias) = (channels(weight, c, 1.0), channels(bias, c, 0.0));
+        let (group, len) = (c / g, c / g * s);
+        let parts = Self::parts(n * g, len);
+        pool::run(parts, |p| {
+            let (mut sx, mut sy) = (Vec::new(), Vec::new());
+            for r in (p..n * g).step_by(parts) {
+                // SAFETY: rows are disjoint per part; sizes were checked at launch.
+                unsafe {
+                    let x = read(input, r * len, len, &mut sx);
+                    let m = (sum(x, |v| v) / len.max(1) as f64) as f32;
+                    let var = sum(x, |v| (v - m) * (v - m)) / len.max(1) as f64;
+                    let rs = (1.0 / (var + self.shape.eps).sqrt()) as f32;
+                    write(mean, r, 1, &mut Vec::new(), |v| v[0] = m);
+                    write(rstd, r, 1, &mut Vec::new(), |v| v[0] = rs);
+                    let first = r % g * group; // the group's first channel
+                    let (w, b) = (&weight[first..first + group], &bias[first..first + group]);
+                    write(out, r * len, len, &mut sy, |y| {
+                        if s == 1 {
+                            // layer norm: a weight per element
+                            for (((y, &x), &w), &b) in y.iter_mut().zip(x).zip(w).zip(b) {
+                                *y = (x - m) * rs * w + b;
+                            }
+                        } else {
+                            for (k, (y, x)) in y.chunks_exact_mut(s).zip(x.chunks_exact(s)).enumerate() {
+                                let scale = rs * w[k];
+                                let shift = b[k] - m * scale;
+                                for (y, &x) in y.iter_mut().zip(x) {
+                                    *y = x * scale + shift;
+                                }
+                            }
+                        }
+                    });
+                }
+            }
+        });
+    }
+// ANCHOR_END: group_norm
+
+    fn group_norm_backward(&self) {
+        let (n, c, s, g) = self.dims();
+        let [grad_input, grad_weight, grad_bias, grad_out, input, mean, rstd, weight] = self.slots[..] else { return };
+        let weight = channels(weight, c, 1.0);
+        let (group, len) = (c / g, c / g * s);
+        let parts = Self::parts(n * g, len);
+        let sums: Vec<std::sync::Mutex<(Vec<f64>, Vec<f64>)>> = (0..parts).map(|_| Default::default()).collect();
+        pool::run(parts, |p| {
+            let (mut sx, mut sg, mut sy) = (Vec::new(), Vec::new(), Vec::new());
+            let (mut gw, mut gb) = (vec![0.0f64; c], vec![0.0f64; c]);
+            let mut xhat = Vec::new();
+            for r in (p..n * g).step_by(parts) {
+                // SAFETY: as in group_norm.
+                unsafe {
+                    let x = read(input, r * len, len, &mut sx);
+                    let dy = read(grad_out, r * len, len, &mut sg);
+                    let (m, rs) = (read(mean, r, 1, &mut Vec::new())[0], read(rstd, r, 1, &mut Vec::new())[0]);
+                    let first = r % g * group;
+                    xhat.clear();
+                    xhat.extend(x.iter().map(|&v| (v - m) * rs));
+                    // Σ over the group of dxhat = dy * w, and of dxhat * xhat.
+                    let (mut a, mut b) = (0.0f64, 0.0f64);
+                    if s == 1 {
+                        // layer norm: a weight per element, one pass over the row
+                        let w = &weight[..len];
+                        let (mut sa, mut sb) = ([0.0f32; LANES], [0.0f32; LANES]);
+                        for (i, ((&dy, &xh), &w)) in dy.iter().zip(&xhat).zip(w).enumerate() {
+                            sa[i % LANES] += dy * w;
+                            sb[i % LANES] += dy * w * xh;
+                        }
+                        a = sa.iter().map(|&v| v as f64).sum();
+                        b = sb.iter().map(|&v| v as f64).sum();
+                        for (((gw, gb), &dy), &xh) in gw.iter_mut().zip(gb.iter_mut()).zip(dy).zip(&xhat) {
+                            *gw += (dy * xh) as f64;
+                            *gb += dy as f64;
+                        }
+                    }
+                    for k in 0..group * (s != 1) as usize {
+                        let w = weight[first + k];
+                        let (dy, xh) = (&dy[k * s..][..s], &xhat[k * s..][..s]);
+                        let (sum_dy, sum_dy_xh) = (sum(dy, |v| v), dy_dot(dy, xh));
+                        a += sum_dy * w as f64;
+                        b += sum_dy_xh * w as f64;
+                        gw[first + k] += sum_dy_xh;
+                        gb[first + k] += sum_dy;
+                    }
+                    if grad_input.0 != 0 {
+                        let (a, b) = ((a / len.max(1) as f64) as f32, (b / len.max(1) as f64) as f32);
+                        write(grad_input, r * len, len, &mut sy, |gi| {
+                            if s == 1 {
+                                for (((gi, &dy), &xh), &w) in gi.iter_mut().zip(dy).zip(&xhat).zip(&weight[..len]) {
+                                    *gi = rs * (dy * w - a - xh * b);
+                                }
+                                return;
+                            }
+                            for k in 0..group {
+                                let w = weight[first + k];
+                                let range = k * s..(k + 1) * s;
+                                for ((gi, &dy), &xh) in gi[range.clone()].iter_mut().zip(&dy[range.clone()]).zip(&xhat[range]) {
+                                    *gi = rs * (dy * w - a - xh * b);
+                                }
+                            }
+                        });
+                    }
+                }
+            }
+            *sums[p].lock().unwrap_or_else(|e| e.into_inner()) = (gw, gb);
+        });
+        self.store_parameter_grads(sums, grad_weight, grad_bias, c);
+    }
+
+    /// Adds the parts' per-channel sums and stores them as the weight and bias gradients.
+    fn store_parameter_grads(&self, sums: Vec<std::sync::Mutex<(Vec<f64>, Vec<f64>)>>, grad_weight: Slot, grad_bias: Slot, c: usize) {
+        let (mut gw, mut gb) = (vec![0.0f64; c], vec![0.0f64; c]);
+        for part in sums {
+            let (w, b) = part.into_inner().unwrap_or_else(|e| e.into_inner());
+            for (t, v) in gw.iter_mut().zip(w).chain(gb.iter_mut().zip(b)) {
+                *t += v;
+            }
+        }
+        for (slot, values) in [(grad_weight, gw), (grad_bias, gb)] {
+            if slot.0 != 0 {
+                let values: Vec<f32> = values.into_iter().map(|v| v as f32).collect();
+                // SAFETY: `c` elements, checked at launch.
+                unsafe { dtype::store(slot.1, slot.0 as *mut u8, slot.1.size() as isize, &values) };
+            }
+        }
+    }
+
+// ANCHOR: batch_norm
+    fn batch_norm(&self) {
+        let (n, c, s, _) = self.dims();
+        let [out, save_mean, save_invstd, running_mean, running_var, input, weight, bias] = self.slots[..] else { return };
+        let (weight, bias) = (channels(weight, c, 1.0), channels(bias, c, 0.0));
+        let (rm, rv) = (channels(running_mean, c, 0.0), channels(running_var, c, 1.0));
+        let (training, eps, momentum) = (self.shape.training, self.shape.eps, self.shape.momentum as f32);
+        let count = n * s;
+        let parts = Self::parts(c, count);
+        pool::run(parts, |p| {
+            let (mut sx, mut sy) = (Vec::new(), Vec::new());
+            for ch in (p..c).step_by(parts) {
+                // SAFETY: channel `ch` of every sample, disjoint per part; checked at launch.
+                unsafe {
+                    let (m, invstd) = if training {
+                        let total: f64 = (0..n).map(|i| sum(read(input, (i * c + ch) * s, s, &mut sx), |v| v)).sum();
+                        let m = (total / count.max(1) as f64) as f32;
+                        let squares: f64 =
+                            (0..n).map(|i| sum(read(input, (i * c + ch) * s, s, &mut sx), |v| (v - m) * (v - m))).sum();
+                        let invstd = (1.0 / (squares / count.max(1) as f64 + eps).sqrt()) as f32;
+                        write(save_mean, ch, 1, &mut Vec::new(), |v| v[0] = m);
+                        write(save_invstd, ch, 1, &mut Vec::new(), |v| v[0] = invstd);
+                        // The running variance is unbiased (n - 1), as CPU's.
+                        let unbiased = (squares / (count as f64 - 1.0)) as f32;
+                        if running_mean.0 != 0 {
+                            write(running_mean, ch, 1, &mut Vec::new(), |v| v[0] = (1.0 - momentum) * rm[ch] + momentum * m);
+                        }
+                        if running_var.0 != 0 {
+                            write(running_var, ch, 1, &mut Vec::new(), |v| v[0] = (1.0 - momentum) * rv[ch] + momentum * unbiased);
+                        }
+                        (m, invstd)
+                    } else {
+                        (rm[ch], (1.0 / (rv[ch] as f64 + eps).sqrt()) as f32)
+                    };
+                    let scale = invstd * weight[ch];
+                    let shift = bias[ch] - m * scale;
+                    for i in 0..n {
+                        let x = read(input, (i * c + ch) * s, s, &mut sx);
+                        write(out, (i * c + ch) * s, s, &mut sy, |y| {
+                            for (y, &x) in y.iter_mut().zip(x) {
+                                *y = x * scale + shift;
+                            }
+                        });
+                    }
+                }
+            }
+        });
+    }
+// ANCHOR_END: batch_norm
+
+    fn batch_norm_backward(&self) {
+        let (n, c, s, _) = self.dims();
+        let [grad_input, grad_weight, grad_bias, grad_out, input, weight, running_mean, running_var, save_mean, save_invstd] =
+            self.slots[..]
+        else {
+            return;
+        };
+        let weight = channels(weight, c, 1.0);
+        let (training, eps) = (self.shape.training, self.shape.eps);
+        let (mean, invstd): (Vec<f32>, Vec<f32>) = if training {
+            (channels(save_mean, c, 0.0), channels(save_invstd, c, 0.0))
+        } else {
+            let rv = channels(running_var, c, 1.0);
+            (channels(running_mean, c, 0.0), rv.iter().map(|&v| (1.0 / (v as f64 + eps).sqrt()) as f32).collect())
+        };
+        let count = n * s;
+        let parts = Self::parts(c, count);
+        pool::run(parts, |p| {
+            let (mut sx, mut sg, mut sy) = (Vec::new(), Vec::new(), Vec::new());
+            for ch in (p..c).step_by(parts) {
+                let (m, is, w) = (mean[ch], invstd[ch], weight[ch]);
+                // SAFETY: as in batch_norm.
+                unsafe {
+                    let (mut sum_dy, mut sum_dy_xc) = (0.0f64, 0.0f64);
+                    for i in 0..n {
+                        let at = (i * c + ch) * s;
+                        let dy = read(grad_out, at, s, &mut sg);
+                        let x = read(input, at, s, &mut sx);
+                        sum_dy += sum(dy, |v| v);
+                        sum_dy_xc += dy.iter().zip(x).map(|(&d, &x)| (d * (x - m)) as f64).sum::<f64>();
+                    }
+                    if grad_weight.0 != 0 {
+                        write(grad_weight, ch, 1, &mut Vec::new(), |v| v[0] = (sum_dy_xc * is as f64) as f32);
+                    }
+                    if grad_bias.0 != 0 {
+                        write(grad_bias, ch, 1, &mut Vec::new(), |v| v[0] = sum_dy as f32);
+                    }
+                    if grad_input.0 == 0 {
+                        continue;
+                    }
+                    // Training: the statistics depend on the input too.
+                    let (mean_dy, k) = if training {
+                        ((sum_dy / count as f64) as f32, (sum_dy_xc * (is as f64).powi(2) / count as f64) as f32)
+                    } else {
+                        (0.0, 0.0)
+                    };
+                    for i in 0..n {
+                        let at = (i * c + ch) * s;
+                        let dy = read(grad_out, at, s, &mut sg);
+                        let x = read(input, at, s, &mut sx);
+                        write(grad_input, at, s, &mut sy, |gi| {
+                            for ((gi, &dy), &x) in gi.iter_mut().zip(dy).zip(x) {
+                                *gi = (dy - mean_dy - (x - m) * k) * is * w;
+                            }
+                        });
+                    }
+                }
+            }
+        });
+    }
+}
+
+/// Σ a[i] * b[i] in float32 partial sums.
+fn dy_dot(a: &[f32], b: &[f32]) -> f64 {
+    let mut acc = [0.0f32; LANES];
+    let (ca, cb) = (a.chunks_exact(LANES), b.chunks_exact(LANES));
+    let (ra, rb) = (ca.remainder(), cb.remainder());
+    for (x, y) in ca.zip(cb) {
+        for i in 0..LANES {
+            acc[i] += x[i] * y[i];
+        }
+    }
+    acc.iter().map(|&v| v as f64).sum::<f64>() + ra.iter().zip(rb).map(|(&x, &y)| (x * y) as f64).sum::<f64>()
+}
