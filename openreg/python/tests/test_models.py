@@ -4,6 +4,7 @@ the fused recurrent cells, forward and backward, over shapes (empty, size-1, odd
 CPU raises; nothing reaches the CPU fallback."""
 
 import copy
+import math
 
 import pytest
 import torch
@@ -236,3 +237,156 @@ def test_recurrent_bad_input_raises_clear_errors():
         torch.ops.aten._thnn_fused_lstm_cell(d(2, 8), d(2, 8), d(2, 2))
     with pytest.raises(RuntimeError, match="same device"):
         torch.ops.aten._thnn_fused_gru_cell(dev(2, 6), dev(2, 6), torch.randn(2, 2))
+
+
+NORMS = {
+    "layer_norm": (lambda x, w, b: F.layer_norm(x, x.shape[-1:], w, b), lambda x: (x.shape[-1],)),
+    "layer_norm_2d": (lambda x, w, b: F.layer_norm(x, x.shape[-2:], w, b), lambda x: x.shape[-2:]),
+    "group_norm": (lambda x, w, b: F.group_norm(x, 2, w, b), lambda x: (x.shape[1],)),
+    "batch_norm_train": (lambda x, w, b: F.batch_norm(x, None, None, w, b, training=True), lambda x: (x.shape[1],)),
+    "batch_norm_eval": (lambda x, w, b: F.batch_norm(x, torch.linspace(-1, 1, x.shape[1], device=x.device),
+                                                     torch.linspace(0.5, 2, x.shape[1], device=x.device), w, b),
+                        lambda x: (x.shape[1],)),
+}
+
+
+def valid_norm_cases():
+    """(name, shape) pairs CPU accepts: training statistics need more than one value per set."""
+    for name in NORMS:
+        for shape in [(4, 6), (3, 4, 5), (2, 4, 3, 5), (1, 2, 1, 1), (0, 4, 3)]:
+            per_set = {"batch_norm_train": shape[0] * math.prod(shape[2:]), "group_norm": math.prod(shape[1:]) // 2}
+            if per_set.get(name, 2) > 1 and not (name == "layer_norm_2d" and len(shape) < 3):
+                yield name, shape
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("affine", [True, False], ids=["affine", "plain"])
+@pytest.mark.parametrize("name,shape", list(valid_norm_cases()), ids=str)
+def test_normalization_forward_and_backward(name, shape, affine, dtype, device):
+    fn, params = NORMS[name]
+    torch.manual_seed(0)
+    x = torch.randn(shape) * 3 + 1
+    w, b = (torch.randn(params(x)), torch.randn(params(x))) if affine else (None, None)
+    if shape[0] == 0:
+        with NoFallback("norm"):
+            got = fn(x.to(device, dtype), *(t.to(device, dtype) if t is not None else None for t in (w, b)))
+        assert got.shape == shape
+        return
+    grads_against_cpu(lambda x, w, b: fn(x, w, b), [x, w, b], device, dtype)
+
+
+def test_normalization_of_other_layouts_and_mixed_dtypes():
+    x = torch.randn(2, 4, 5, 6)
+    for view in [lambda t: t.transpose(1, 3), lambda t: t.contiguous(memory_format=torch.channels_last),
+                 lambda t: t[:, :, ::2]]:
+        for fn in [lambda t: F.layer_norm(t, t.shape[-1:]), lambda t: F.group_norm(t, 2),
+                   lambda t: F.batch_norm(t, None, None, training=True)]:
+            with NoFallback("norm"):
+                got = fn(view(x.openreg()))
+            torch.testing.assert_close(got.cpu(), fn(view(x)), **TOL[torch.float32])
+    # float16 input with float32 parameters: float32 statistics, as on CPU
+    w, b = torch.randn(6), torch.randn(6)
+    out, mean, rstd = torch.native_layer_norm(x.half().openreg(), [6], w.openreg(), b.openreg(), 1e-5)
+    cpu = torch.native_layer_norm(x.half(), [6], w, b, 1e-5)
+    assert (out.dtype, mean.dtype, mean.shape) == (cpu[0].dtype, cpu[1].dtype, cpu[1].shape)
+    torch.testing.assert_close(out.cpu(), cpu[0], **TOL[torch.float16])
+
+
+def test_batch_norm_updates_running_statistics_in_place():
+    torch.manual_seed(0)
+    cpu = nn.BatchNorm2d(4, momentum=0.3)
+    dev = copy.deepcopy(cpu).openreg()
+    mean_before = dev.running_mean
+    for _ in range(3):
+        x = torch.randn(5, 4, 3, 3)
+        with NoFallback("batch_norm"):
+            dev(x.openreg())
+        cpu(x)
+    assert dev.running_mean is mean_before  # the same buffer, updated in place
+    torch.testing.assert_close(dev.running_mean.cpu(), cpu.running_mean)
+    torch.testing.assert_close(dev.running_var.cpu(), cpu.running_var)
+    cpu.eval(), dev.eval()
+    x = torch.randn(2, 4, 3, 3)
+    torch.testing.assert_close(dev(x.openreg()).cpu(), cpu(x), **TOL[torch.float32])
+    # a non-contiguous running buffer is updated too
+    rm, rv = torch.zeros(8)[::2], torch.ones(8)[::2]
+    drm, drv = torch.zeros(8).openreg()[::2], torch.ones(8).openreg()[::2]
+    F.batch_norm(x, rm, rv, training=True, momentum=0.5)
+    F.batch_norm(x.openreg(), drm, drv, training=True, momentum=0.5)
+    torch.testing.assert_close(drm.cpu(), rm)
+    torch.testing.assert_close(drv.cpu(), rv)
+
+
+def test_normalization_bad_input_raises_what_cpu_raises():
+    x = torch.randn(2, 4, 5)
+    same_error(lambda x: F.layer_norm(x, (6,)), x)
+    same_error(lambda x, w: F.layer_norm(x, (5,), w), x, torch.ones(4))
+    same_error(lambda x: F.group_norm(x, 3), x)
+    same_error(lambda x, w: F.group_norm(x, 2, w), x, torch.ones(3))
+    same_error(lambda x, m, v: F.batch_norm(x, m, v), x, torch.zeros(3), torch.ones(4))
+    same_error(lambda x: F.batch_norm(x, None, None, training=True), torch.randn(1, 4))
+    with pytest.raises(RuntimeError, match="same device"):
+        F.layer_norm(x.openreg(), (5,), torch.ones(5))
+
+
+POOLS = {
+    "max": lambda x: F.max_pool2d(x, 3, 2, 1),
+    "max_dilated_ceil": lambda x: F.max_pool2d(x, 2, 2, 0, dilation=2, ceil_mode=True),
+    "max_rect": lambda x: F.max_pool2d(x, (2, 3), (1, 2), (1, 0)),
+    "avg": lambda x: F.avg_pool2d(x, 3, 2, 1),
+    "avg_exclude_pad_ceil": lambda x: F.avg_pool2d(x, 3, 2, 1, ceil_mode=True, count_include_pad=False),
+    "avg_divisor": lambda x: F.avg_pool2d(x, 2, divisor_override=3),
+    "adaptive": lambda x: F.adaptive_avg_pool2d(x, (3, 5)),
+    "adaptive_up": lambda x: F.adaptive_avg_pool2d(x, (10, 11)),
+    "adaptive_1x1": lambda x: F.adaptive_avg_pool2d(x, 1),
+}
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", [(2, 3, 9, 8), (3, 7, 7), (1, 1, 4, 4), (0, 2, 5, 5)], ids=str)
+@pytest.mark.parametrize("name", POOLS)
+def test_pooling_forward_and_backward(name, shape, dtype, device):
+    torch.manual_seed(0)
+    x = torch.randn(shape)
+    if shape[0] == 0:
+        with NoFallback("pool"):
+            assert POOLS[name](x.to(device, dtype)).shape == POOLS[name](x).shape
+        return
+    grads_against_cpu(lambda x: POOLS[name](x), [x], device, dtype)
+
+
+def test_pooling_layouts_indices_out_and_nan():
+    x = torch.randn(2, 3, 8, 8)
+    for view in [lambda t: t.contiguous(memory_format=torch.channels_last), lambda t: t.transpose(2, 3),
+                 lambda t: t[:, :, 1:, ::2]]:
+        for name in ["max", "avg", "adaptive"]:
+            with NoFallback("pool"):
+                got = POOLS[name](view(x.openreg()))
+            torch.testing.assert_close(got.cpu(), POOLS[name](view(x)))
+    out, indices = F.max_pool2d(x.openreg(), 2, return_indices=True)
+    expected = F.max_pool2d(x, 2, return_indices=True)
+    assert indices.dtype == torch.int64 and torch.equal(indices.cpu(), expected[1])
+    o, i = torch.empty(0, device="openreg"), torch.empty(0, dtype=torch.int64, device="openreg")
+    torch.ops.aten.max_pool2d_with_indices.out(x.openreg(), [2, 2], out=o, indices=i)
+    assert torch.equal(o.cpu(), expected[0]) and torch.equal(i.cpu(), expected[1])
+    o = torch.empty(0, device="openreg")
+    torch.ops.aten.avg_pool2d.out(x.openreg(), [2, 2], out=o)
+    torch.testing.assert_close(o.cpu(), F.avg_pool2d(x, 2))
+    nan = torch.tensor([[[[1.0, float("nan")], [float("nan"), 2.0]]]])
+    got = torch.ops.aten.max_pool2d_with_indices(nan.openreg(), [2, 2])
+    expected = torch.ops.aten.max_pool2d_with_indices(nan, [2, 2])
+    assert got[0].isnan().all() and torch.equal(got[1].cpu(), expected[1])
+
+
+def test_pooling_bad_input_raises_what_cpu_raises():
+    x = torch.randn(1, 2, 5, 5)
+    same_error(lambda x: F.max_pool2d(x, 2, stride=0), x)
+    same_error(lambda x: F.max_pool2d(x, 2, padding=2), x)  # padding above half the kernel
+    same_error(lambda x: F.max_pool2d(x, 7), x)  # window larger than the input
+    same_error(lambda x: F.avg_pool2d(x, 2, padding=-1), x)
+    same_error(lambda x: F.avg_pool2d(x, 0), x)
+    same_error(lambda x: F.adaptive_avg_pool2d(x, (2, -1)), x)
+    same_error(lambda x: F.adaptive_avg_pool2d(x, 2), torch.randn(2, 3, 0, 4))
+    same_error(lambda x: F.max_pool2d(x, 2), torch.randn(5, 5))

@@ -355,7 +355,8 @@ pub(crate) fn launch_norm(op: Norm, shape: NormShape, operands: &[Dense], device
         _ => (&[all, c, c, all, all, c, c, c, c, c], &[3, 4, 6, 7]),
     };
     if all == 0 {
-        return Ok(operands.iter().all(|t| t.numel == 0));
+        // Nothing to write is done; statistics or gradients of nothing are CPU's to define.
+        return Ok(operands[..norm::operands(op).1].iter().all(|t| t.numel == 0));
     }
     let mut slots = Vec::with_capacity(count);
     for (k, t) in operands.iter().enumerate() {
@@ -395,7 +396,8 @@ pub(crate) fn launch_pool2d(op: Pool2d, shape: PoolShape, operands: &[Dense], de
     let planes = s.planes as usize;
     let (input, output) = (planes * (s.input[0] * s.input[1]) as usize, planes * (s.output[0] * s.output[1]) as usize);
     if input == 0 || output == 0 {
-        return Ok(operands.iter().all(|t| t.numel == 0));
+        let outputs = if op == Pool2d::MaxForward { 2 } else { 1 };
+        return Ok(operands[..outputs].iter().all(|t| t.numel == 0));
     }
     let (sizes, indices): (&[usize], usize) = match op {
         Pool2d::MaxForward => (&[output, output, input], 1),

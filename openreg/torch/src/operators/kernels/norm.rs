@@ -148,7 +148,7 @@ impl Normalization {
                     let (mut a, mut b) = (0.0f64, 0.0f64);
                     if s == 1 {
                         // layer norm: a weight per element, one pass over the row
-                        let w = &weight[..len];
+                        let w = &weight[first..first + len];
                         let (mut sa, mut sb) = ([0.0f32; LANES], [0.0f32; LANES]);
                         for (i, ((&dy, &xh), &w)) in dy.iter().zip(&xhat).zip(w).enumerate() {
                             sa[i % LANES] += dy * w;
@@ -156,6 +156,7 @@ impl Normalization {
                         }
                         a = sa.iter().map(|&v| v as f64).sum();
                         b = sb.iter().map(|&v| v as f64).sum();
+                        let (gw, gb) = (&mut gw[first..first + len], &mut gb[first..first + len]);
                         for (((gw, gb), &dy), &xh) in gw.iter_mut().zip(gb.iter_mut()).zip(dy).zip(&xhat) {
                             *gw += (dy * xh) as f64;
                             *gb += dy as f64;
@@ -174,7 +175,7 @@ impl Normalization {
                         let (a, b) = ((a / len.max(1) as f64) as f32, (b / len.max(1) as f64) as f32);
                         write(grad_input, r * len, len, &mut sy, |gi| {
                             if s == 1 {
-                                for (((gi, &dy), &xh), &w) in gi.iter_mut().zip(dy).zip(&xhat).zip(&weight[..len]) {
+                                for (((gi, &dy), &xh), &w) in gi.iter_mut().zip(dy).zip(&xhat).zip(&weight[first..first + len]) {
                                     *gi = rs * (dy * w - a - xh * b);
                                 }
                                 return;
