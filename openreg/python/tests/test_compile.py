@@ -38,7 +38,7 @@ def test_the_interface_is_registered_when_dynamo_loads_not_before():
 
 
 def fused(x, w, b):
-    return torch.addcdiv(x, w, b.abs() + 1, value=0.5).sum(-1)
+    return torch.sigmoid(x * w + b).sum(-1)
 
 
 @pytest.mark.parametrize("backend", ["openreg", "aot_eager", "eager"])
@@ -50,15 +50,21 @@ def test_backends_match_eager_and_cpu(backend):
 
 
 def test_the_openreg_backend_decomposes_what_the_device_lacks():
-    x, w, b = (torch.randn(4, 8, device="openreg") for _ in range(3))
+    x, b = (torch.randn(4, 8, device="openreg") for _ in range(2))
+    w = torch.randn(4, 8, device="openreg", requires_grad=True)
     compiled = torch.compile(fused, backend="openreg")
-    compiled(x, w, b)
+    compiled(x, w, b).sum().backward()
     torch.openreg.reset_fallback_counts()
-    fused(x, w, b)
-    assert "aten::addcdiv.out" in torch.openreg.fallback_counts()  # eager: addcdiv runs on the CPU
+    w.grad = None
+    fused(x, w, b).sum().backward()
+    expected = w.grad.clone()
+    # eager: sigmoid's backward has no openreg kernel and runs on the CPU
+    assert "aten::sigmoid_backward.grad_input" in torch.openreg.fallback_counts()
     torch.openreg.reset_fallback_counts()
-    compiled(x, w, b)
-    assert torch.openreg.fallback_counts() == {}  # compiled: x + 0.5 * w / (|b| + 1), on the device
+    w.grad = None
+    compiled(x, w, b).sum().backward()
+    assert torch.openreg.fallback_counts() == {}  # compiled: grad * y * (1 - y), on the device
+    torch.testing.assert_close(w.grad.cpu(), expected.cpu())
 
 
 # ANCHOR: guards

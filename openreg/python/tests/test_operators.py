@@ -55,24 +55,24 @@ def test_abs_backward():
     assert x.grad.cpu().tolist() == [-1.0, 1.0]
 
 
-def test_per_operator_fallback_is_the_kernel_of_addcmul():
-    assert torch._C._dispatch_has_kernel_for_dispatch_key("aten::addcmul", "PrivateUse1")
-    assert not torch._C._dispatch_has_kernel_for_dispatch_key("aten::addcdiv", "PrivateUse1")
-    x, y, z = torch.randn(4), torch.randn(4), torch.randn(4)
+def test_per_operator_fallback_is_the_kernel_of_atan2():
+    assert torch._C._dispatch_has_kernel_for_dispatch_key("aten::atan2", "PrivateUse1")
+    assert not torch._C._dispatch_has_kernel_for_dispatch_key("aten::hypot", "PrivateUse1")
+    x, y = torch.randn(4), torch.randn(4)
     torch.openreg.reset_fallback_counts()
-    got = torch.addcmul(x.openreg(), y.openreg(), z.openreg(), value=3).cpu()
-    assert torch.equal(got, torch.addcmul(x, y, z, value=3))
-    assert torch.openreg.fallback_counts() == {"aten::addcmul": 1}
+    got = torch.atan2(x.openreg(), y.openreg()).cpu()
+    assert torch.equal(got, torch.atan2(x, y))
+    assert torch.openreg.fallback_counts() == {"aten::atan2": 1}
     with pytest.raises(RuntimeError, match="found at least two devices, openreg:0 and openreg:1"):
-        torch.addcmul(x.openreg(0), y.openreg(1), z.openreg(0))
+        torch.atan2(x.openreg(0), y.openreg(1))
 
 
 def test_blocklisted_operators_raise_instead_of_falling_back():
-    code = "import torch; x = torch.ones(2, device='openreg'); print((x + x).cpu().tolist()); x.lerp(x, 0.5)"
-    env = {**os.environ, "OPENREG_FALLBACK_BLOCKLIST": "aten::lerp.Scalar_out"}
+    code = "import torch; x = torch.ones(2, device='openreg'); print((x + x).cpu().tolist()); torch.hypot(x, x)"
+    env = {**os.environ, "OPENREG_FALLBACK_BLOCKLIST": "aten::hypot.out"}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
     assert out.stdout.strip() == "[2.0, 2.0]"
-    assert ("NotImplementedError: Operator 'aten::lerp.Scalar_out' is not implemented for device openreg "
+    assert ("NotImplementedError: Operator 'aten::hypot.out' is not implemented for device openreg "
             "and may not fall back to the CPU") in out.stderr
 
 

@@ -56,14 +56,23 @@ PrivateUse1TestBase.set_test_configs(op_overrides={
 })
 # ANCHOR_END: skips
 
+# Outputs where CPU's kernel and PyTorch's meta function (which follows CUDA's) disagree; openreg
+# gives CPU's, so the fake-tensor test does not compare them. By operator: output index, why.
+CPU_NOT_META = {
+    "native_batch_norm": {1: "eval statistics: CPU returns empty tensors, meta C elements",
+                          2: "the same, for save_invstd"},
+    "native_layer_norm": {1: "float16 statistics: CPU's are float16, meta's float32",
+                          2: "the same, for rstd"},
+}
+
 # Sample counts by outcome, written to $OPENREG_OPINFO_REPORT for the Testing chapter.
 COUNTS = collections.Counter()
 
 
 def to_cpu(tree, dtype=None):
     """The same tensors on the CPU, views included: a view keeps its storage, offset,
-    strides and conjugate/negative bits (as_strided's samples read outside the view). With `dtype`, floating tensors of
-    the reduced-precision dtype under test are upcast to it (for the reference)."""
+    strides and conjugate/negative bits (as_strided's samples read outside the view). With `dtype`, floating tensors
+    narrower than it are upcast to it (for the reference)."""
     def move(t):
         if not isinstance(t, torch.Tensor):
             return t
@@ -71,7 +80,7 @@ def to_cpu(tree, dtype=None):
                                                 t.size(), t.stride()).detach()
         c = c.conj() if t.is_conj() else c  # the view's bits, too
         c = torch._neg_view(c) if t.is_neg() else c
-        if dtype is not None and t.dtype in (torch.float16, torch.bfloat16):
+        if dtype is not None and t.dtype in (torch.float16, torch.bfloat16, torch.float32):
             c = c.to(dtype)
         return c.requires_grad_(t.requires_grad)
     return tree_map(move, tree)
@@ -129,8 +138,18 @@ class TestOpInfo(TestCase):
             weights = [torch.randn_like(t) for t in cpu_outputs]
             grads = torch.autograd.grad(outputs, leaves, [w.to(device) for w in weights], allow_unused=True)
             cpu_grads = torch.autograd.grad(cpu_outputs, cpu_leaves, weights, allow_unused=True)
-            self.assertEqual(to_cpu(list(grads)), list(cpu_grads), exact_device=True)
-            COUNTS["backward"] += 1
+            try:
+                self.assertEqual(to_cpu(list(grads)), list(cpu_grads), exact_device=True)
+                COUNTS["backward"] += 1
+            except AssertionError:
+                # As for forward results: at least as close to a float64 reference as CPU's.
+                ref_inputs, ref_kwargs = to_cpu(inputs, torch.float64), to_cpu(sample.kwargs, torch.float64)
+                ref_leaves = [t for t in tensors((ref_inputs, ref_kwargs)) if t.requires_grad]
+                ref_outputs = [t for t in tensors(op(*ref_inputs, **ref_kwargs)) if t.requires_grad]
+                ref_grads = torch.autograd.grad(ref_outputs, ref_leaves, [w.double() for w in weights],
+                                                allow_unused=True)
+                assert_as_accurate_as_cpu(self, to_cpu(list(grads)), list(cpu_grads), list(ref_grads), dtype)
+                COUNTS["backward, closer to exact than CPU"] += 1
 
 
     # ANCHOR: fake
@@ -146,7 +165,9 @@ class TestOpInfo(TestCase):
                 fake_args = tree_map(lambda t: mode.from_tensor(t) if isinstance(t, torch.Tensor) else t,
                                      (sample.input, sample.args, sample.kwargs))
                 fake = op(fake_args[0], *fake_args[1], **fake_args[2])
-            for real, meta in zip(tensors(actual), tensors(fake)):
+            for k, (real, meta) in enumerate(zip(tensors(actual), tensors(fake))):
+                if k in CPU_NOT_META.get(op.name, {}):
+                    continue
                 self.assertEqual((meta.shape, meta.dtype, meta.device), (real.shape, real.dtype, real.device))
                 if real.numel() > 1:
                     self.assertEqual(meta.stride(), real.stride())

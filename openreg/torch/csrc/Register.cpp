@@ -35,6 +35,9 @@ void register_backend() {
     register_nll_loss();
     register_normalization();
     register_pooling();
+    register_compound_pointwise();
+    register_losses();
+    register_optimizers();
     register_codegen_ops();
   }
   // No CPU kernel exists for these, so the fallback could not run them.

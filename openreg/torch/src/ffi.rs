@@ -12,8 +12,9 @@ use crate::runtime::device::{
 use crate::error::last_error_kind;
 use crate::operators::fallback::record_fallback;
 use crate::operators::kernels::{
-    launch_abs_f32, launch_convolution, launch_matmul, launch_norm, launch_pointwise, launch_pool2d, launch_reduction,
-    launch_rnn_cell, launch_same_shape, launch_softmax, nll_loss_backward, nll_loss_forward,
+    launch_abs_f32, launch_amp_unscale, launch_amp_update_scale, launch_convolution, launch_foreach, launch_fused_step,
+    launch_matmul, launch_norm, launch_pointwise, launch_pool2d, launch_reduction, launch_rnn_cell, launch_same_shape,
+    launch_softmax, nll_loss_backward, nll_loss_forward,
 };
 use crate::runtime::host_allocator::{
     empty_host_cache, host_free, host_malloc, host_stats, is_pinned, pointer_device,
@@ -130,6 +131,16 @@ pub(crate) mod ffi {
         SiluBackward,
         GeluBackward,
         LeakyReluBackward,
+        /// `scalar`, `scalar2`: the bounds.
+        Hardtanh,
+        HardtanhBackward,
+        Sqrt,
+        Reciprocal,
+        /// `scalar`: the weight.
+        Lerp,
+        /// `scalar`: the value.
+        Addcmul,
+        Addcdiv,
     }
 
     /// A reduction of the Rust kernels (`kernels/reduce.rs`).
@@ -220,7 +231,7 @@ pub(crate) mod ffi {
     }
 
     /// `planes` contiguous [height, width] planes in and out, and the window's parameters
-    /// (`divisor`: avg_pool2d's divisor_override, 0 for none).
+    /// (`divisor`: avg_pool2d's divisor_override, 0 for none; it may be negative).
     #[derive(Debug, Clone, Copy)]
     struct PoolShape {
         planes: i64,
@@ -232,6 +243,30 @@ pub(crate) mod ffi {
         dilation: [i64; 2],
         count_include_pad: bool,
         divisor: i64,
+    }
+
+    /// A fused optimizer step (`kernels/optim.rs`).
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    enum Fused {
+        Adam,
+        AdamW,
+        Sgd,
+    }
+
+    /// The hyperparameters of a fused step (each optimizer reads its own).
+    #[derive(Debug, Clone, Copy)]
+    struct FusedArgs {
+        lr: f64,
+        beta1: f64,
+        beta2: f64,
+        weight_decay: f64,
+        eps: f64,
+        momentum: f64,
+        dampening: f64,
+        amsgrad: bool,
+        maximize: bool,
+        nesterov: bool,
+        first_step: bool,
     }
 
     /// The arguments of `nll_loss_forward`/`backward`: `reduction` as `at::Reduction`, and
@@ -310,6 +345,7 @@ pub(crate) mod ffi {
         fn launch_pointwise(
             op: Pointwise,
             scalar: f64,
+            scalar2: f64,
             data: &[usize],
             storages: &[usize],
             dtypes: &[i8],
@@ -368,6 +404,35 @@ pub(crate) mod ffi {
         fn launch_norm(op: Norm, shape: NormShape, operands: &[Dense], device: i64) -> Result<bool>;
         /// `operands` in `kernels/pooling.rs`'s order; false if a dtype is not ours.
         fn launch_pool2d(op: Pool2d, shape: PoolShape, operands: &[Dense], device: i64) -> Result<bool>;
+        /// One launch over `tensors` lists of operands, `[out, inputs..]` per tensor; an input with
+        /// address 0 is `constants[same index]`; `scalars`: two per tensor. False: not ours.
+        fn launch_foreach(
+            op: Pointwise,
+            operands: &[Dense],
+            constants: &[f64],
+            scalars: &[f64],
+            tensors: usize,
+            device: i64,
+        ) -> Result<bool>;
+        /// `operands`: per parameter, in `kernels/optim.rs`'s `per_param` order.
+        fn launch_fused_step(
+            kind: Fused,
+            args: FusedArgs,
+            operands: &[Dense],
+            grad_scale: Dense,
+            found_inf: Dense,
+            device: i64,
+        ) -> Result<bool>;
+        fn launch_amp_unscale(grads: &[Dense], found_inf: Dense, inv_scale: Dense, device: i64) -> Result<bool>;
+        fn launch_amp_update_scale(
+            scale: Dense,
+            growth_tracker: Dense,
+            found_inf: Dense,
+            growth: f64,
+            backoff: f64,
+            interval: i64,
+            device: i64,
+        ) -> Result<bool>;
         /// The NLL loss waits for the stream and runs on the calling thread (see operators/kernels.rs).
         fn nll_loss_forward(
             args: NllLoss,

@@ -164,7 +164,7 @@ void register_fallback() {
                                __FILE__, __LINE__);
   static bool registered = [] {
     global.fallback(torch::CppFunction::makeFromBoxedFunction<&cpu_fallback>());
-    single.impl("addcmul", torch::CppFunction::makeFromBoxedFunction<&cpu_fallback>());
+    single.impl("atan2", torch::CppFunction::makeFromBoxedFunction<&cpu_fallback>());
     return true;
   }();
   (void)registered;

@@ -145,7 +145,9 @@ at::Tensor create_out(c10::IntArrayRef sizes, c10::IntArrayRef strides,
   }
   const auto dtype = c10::typeMetaToScalarType(options.dtype());
   if (strides.empty()) {
-    return at::detail::empty_generic(sizes, device_allocator(), kKeys, dtype, std::nullopt);
+    // A meta function may ask for a memory format (channels-last) instead of strides.
+    return at::detail::empty_generic(sizes, device_allocator(), kKeys, dtype,
+                                     options.memory_format_opt());
   }
   return at::detail::empty_strided_generic(sizes, strides, device_allocator(), kKeys, dtype);
 }
@@ -156,8 +158,12 @@ void resize_out(const at::Tensor& out, c10::IntArrayRef sizes, c10::IntArrayRef 
               options.dtype(), ", but got ", out.dtype(), " instead");
   TORCH_CHECK(options.device() == out.device(), "Expected out tensor to have device ",
               options.device(), ", but got ", out.device(), " instead");
-  if (at::native::resize_output(out, sizes) && !strides.empty()) {
-    out.as_strided_(sizes, strides);
+  if (at::native::resize_output(out, sizes)) {
+    if (!strides.empty()) {
+      out.as_strided_(sizes, strides);
+    } else if (options.memory_format_opt().has_value()) {
+      out.unsafeGetTensorImpl()->empty_tensor_restride(*options.memory_format_opt());
+    }
   }
 }
 

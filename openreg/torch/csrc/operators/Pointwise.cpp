@@ -30,6 +30,10 @@
 #include <ATen/ops/silu_backward.h>
 #include <ATen/ops/silu_backward_meta.h>
 #include <ATen/ops/silu_meta.h>
+#include <ATen/ops/reciprocal.h>
+#include <ATen/ops/reciprocal_meta.h>
+#include <ATen/ops/sqrt.h>
+#include <ATen/ops/sqrt_meta.h>
 #include <ATen/ops/sub.h>
 #include <ATen/ops/sub_meta.h>
 #include <ATen/ops/tanh.h>
@@ -42,15 +46,15 @@
 namespace openreg {
 
 // ANCHOR: run_pointwise
-bool run_pointwise(at::TensorIteratorBase& iter, Pointwise op, double scalar) {
+bool run_pointwise(at::TensorIteratorBase& iter, Pointwise op, double scalar, double scalar2) {
   const int n = iter.ntensors();
-  if (n > 3 || iter.noutputs() != 1) {
+  if (n > 4 || iter.noutputs() != 1) {
     return false;
   }
-  std::array<size_t, 3> data{};
-  std::array<size_t, 6> storages{};  // (address, bytes) of each operand's storage
-  std::array<int8_t, 3> dtypes{};
-  std::array<double, 3> constants{};
+  std::array<size_t, 4> data{};
+  std::array<size_t, 8> storages{};  // (address, bytes) of each operand's storage
+  std::array<int8_t, 4> dtypes{};
+  std::array<double, 4> constants{};
   c10::SmallVector<int64_t, 12> strides;
   for (int k = 0; k < n; ++k) {
     strides.append(iter.strides(k).begin(), iter.strides(k).end());
@@ -68,7 +72,7 @@ bool run_pointwise(at::TensorIteratorBase& iter, Pointwise op, double scalar) {
   }
   // False (nothing launched) when the kernels do not compute in these dtypes.
   return call([&] {
-    return launch_pointwise(op, scalar, {data.data(), static_cast<size_t>(n)},
+    return launch_pointwise(op, scalar, scalar2, {data.data(), static_cast<size_t>(n)},
                             {storages.data(), static_cast<size_t>(2 * n)},
                             {dtypes.data(), static_cast<size_t>(n)},
                             {constants.data(), static_cast<size_t>(n)},
@@ -185,6 +189,8 @@ OPENREG_UNARY(exp, Exp)
 OPENREG_UNARY(sigmoid, Sigmoid)
 OPENREG_UNARY(tanh, Tanh)
 OPENREG_UNARY(silu, Silu)
+OPENREG_UNARY(sqrt, Sqrt)
+OPENREG_UNARY(reciprocal, Reciprocal)
 
 // ANCHOR: activations
 // gelu's `approximate` ("none" or "tanh") becomes the kernel's scalar. The meta function does
@@ -419,6 +425,12 @@ void register_pointwise_ops() {
     library.impl("silu", TORCH_FN(silu));
     library.impl("silu_", TORCH_FN(silu_));
     library.impl("silu.out", TORCH_FN(silu_out));
+    library.impl("sqrt", TORCH_FN(sqrt));
+    library.impl("sqrt_", TORCH_FN(sqrt_));
+    library.impl("sqrt.out", TORCH_FN(sqrt_out));
+    library.impl("reciprocal", TORCH_FN(reciprocal));
+    library.impl("reciprocal_", TORCH_FN(reciprocal_));
+    library.impl("reciprocal.out", TORCH_FN(reciprocal_out));
     library.impl("silu_backward", TORCH_FN(silu_backward));
     library.impl("silu_backward.grad_input", TORCH_FN(silu_backward_out));
     library.impl("gelu", TORCH_FN(gelu));

@@ -97,7 +97,8 @@ struct Structured final : Meta {
 // ANCHOR: launch
 // Runs a TensorIterator's operands through a Rust elementwise kernel on the current stream.
 // Returns false, having done nothing, when the kernel does not handle the dtypes.
-bool run_pointwise(at::TensorIteratorBase& iter, Pointwise op, double scalar = 0.0);
+bool run_pointwise(at::TensorIteratorBase& iter, Pointwise op, double scalar = 0.0,
+                   double scalar2 = 0.0);
 // ANCHOR_END: launch
 
 // A contiguous tensor as the Rust kernels take it (address 0 for an undefined tensor).

@@ -6,9 +6,11 @@
 mod conv;
 mod dtype;
 mod elementwise;
+mod foreach;
 mod math;
 mod matmul;
 mod nll_loss;
+mod optim;
 mod norm;
 mod pool;
 mod pooling;
@@ -22,7 +24,8 @@ use rayon::prelude::*;
 
 use crate::error::{Failure, Result};
 use crate::ffi::ffi::{
-    Cell, Conv, ConvShape, Dense, Matrix, NllLoss, Norm, NormShape, Pointwise, Pool2d, PoolShape, Reduction, Softmax,
+    Cell, Conv, ConvShape, Dense, Fused, FusedArgs, Matrix, NllLoss, Norm, NormShape, Pointwise, Pool2d, PoolShape,
+    Reduction, Softmax,
 };
 use dtype::Dtype;
 use elementwise::{Elementwise, Source};
@@ -103,26 +106,27 @@ fn pointwise_supported(op: Pointwise, dtypes: &[i8]) -> bool {
 // ANCHOR: launch_pointwise
 /// Launches `op` over TensorIterator-shaped operands: `data`, `dtypes` and the `[operand][dim]`
 /// byte `strides` list the output first; an input whose address is 0 is the CPU scalar
-/// `constants[k]` instead. `scalar` is alpha, the threshold, or the fill value. Returns false,
-/// having done nothing, if the kernels do not compute `op` in these dtypes.
+/// `constants[k]` instead. `scalar` is alpha, the threshold, or the fill value (`scalar2`: a
+/// second one, hardtanh's upper bound). Returns false, having done nothing, if the kernels do
+/// not compute `op` in these dtypes.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn launch_pointwise(
-    op: Pointwise, scalar: f64, data: &[usize], storages: &[usize], dtypes: &[i8], constants: &[f64],
+    op: Pointwise, scalar: f64, scalar2: f64, data: &[usize], storages: &[usize], dtypes: &[i8], constants: &[f64],
     shape: &[i64], strides: &[i64], device: i64,
 ) -> Result<bool> {
     let storage = |k: usize| storages.get(2 * k..2 * k + 2).unwrap_or(&[]);
-    if !pointwise_supported(op, dtypes) {
+    if !pointwise_supported(op, dtypes) || data.len() > walk::MAX_OPERANDS {
         return Ok(false);
     }
     // Contiguous float32 operands, the common case, are one run of memory each.
     let dense = shape.len() == 1 && strides.iter().all(|&s| s == 4) && !data.contains(&0);
     if dense && dtypes.iter().all(|&d| Dtype::from_code(d) == Some(Dtype::Float)) {
         let n = shape[0].max(0) as usize;
-        let mut at = [view(data[0], n * 4, storage(0))?; 3]; // the output stands in for absent inputs
+        let mut at = [view(data[0], n * 4, storage(0))?; 4]; // the output stands in for absent inputs
         for k in 1..data.len() {
             at[k] = view(data[k], n * 4, storage(k))?;
         }
-        launch_dense_f32(op, scalar, at, n, device)?;
+        launch_dense_f32(op, [scalar, scalar2], at, n, device)?;
         return Ok(true);
     }
     let layout = Layout::new(shape, strides, data.len());
@@ -146,7 +150,7 @@ pub(crate) fn launch_pointwise(
             ptr => Source::Memory { base: view(ptr, layout.extent(k, dtype_of(k).size()), storage(k))?, dtype: dtype_of(k) },
         });
     }
-    let work = Elementwise { op, scalar: scalar as f32, out, inputs, layout };
+    let work = Elementwise { op, scalars: [scalar as f32, scalar2 as f32], out, inputs, layout };
     launch(device, n, move || work.run())?;
     Ok(true)
 }
@@ -157,25 +161,25 @@ pub(crate) fn launch_pointwise(
 /// by unary operations): the short way that `same_shape` in Structured.h takes without a
 /// TensorIterator. False, having done nothing, if an operand is not float32 or not that size.
 pub(crate) fn launch_same_shape(op: Pointwise, scalar: f64, out: Dense, a: Dense, b: Dense, device: i64) -> Result<bool> {
-    let Some(inputs) = elementwise::arity(op).filter(|&k| k > 0) else { return Ok(false) };
+    let Some(inputs) = elementwise::arity(op).filter(|&k| k > 0 && k <= 2) else { return Ok(false) };
     let operands = &[out, a, b][..=inputs];
     if operands.iter().any(|t| Dtype::from_code(t.dtype) != Some(Dtype::Float) || t.numel != out.numel) {
         return Ok(false);
     }
-    let mut at = [dense(&out, Dtype::Float)?; 3]; // the output stands in for absent inputs
+    let mut at = [dense(&out, Dtype::Float)?; 4]; // the output stands in for absent inputs
     for k in 1..operands.len() {
         at[k] = dense(&operands[k], Dtype::Float)?;
     }
-    launch_dense_f32(op, scalar, at, out.numel, device)?;
+    launch_dense_f32(op, [scalar, 0.0], at, out.numel, device)?;
     Ok(true)
 }
 
 /// Queues `op` over `n` float32 elements at runtime addresses `at`, output first.
-fn launch_dense_f32(op: Pointwise, scalar: f64, at: [usize; 3], n: usize, device: i64) -> Result<()> {
+fn launch_dense_f32(op: Pointwise, scalars: [f64; 2], at: [usize; 4], n: usize, device: i64) -> Result<()> {
     if n == 0 {
         return Ok(()); // empty tensors may have no memory at all
     }
-    launch(device, n, move || elementwise::run_dense_f32(op, scalar as f32, at, n))
+    launch(device, n, move || elementwise::run_dense_f32(op, scalars.map(|s| s as f32), at, n))
 }
 // ANCHOR_END: launch_same_shape
 
@@ -390,7 +394,7 @@ pub(crate) fn launch_pool2d(op: Pool2d, shape: PoolShape, operands: &[Dense], de
     let positive = [s.kernel, s.stride, s.dilation].iter().flatten().all(|&v| v > 0);
     let sizes = [s.input, s.output].iter().flatten().chain(&s.padding).all(|&v| v >= 0);
     let adaptive = matches!(op, Pool2d::AdaptiveAvgForward | Pool2d::AdaptiveAvgBackward);
-    if s.planes < 0 || !sizes || (!adaptive && !positive) || s.divisor < 0 {
+    if s.planes < 0 || !sizes || (!adaptive && !positive) {
         return Err(invalid(format!("invalid shape {shape:?}")));
     }
     let planes = s.planes as usize;
@@ -419,6 +423,150 @@ pub(crate) fn launch_pool2d(op: Pool2d, shape: PoolShape, operands: &[Dense], de
     }
     let work = pooling::Pooling { op, shape, slots };
     launch(device, input + output, move || work.run())?;
+    Ok(true)
+}
+
+// ANCHOR: launch_foreach
+/// Launches `op` over lists of contiguous float32 tensors in one go (see [`foreach`]). False,
+/// having done nothing, if a tensor is of another dtype or size: C++ then runs per tensor.
+pub(crate) fn launch_foreach(
+    op: Pointwise, operands: &[Dense], constants: &[f64], scalars: &[f64], tensors: usize, device: i64,
+) -> Result<bool> {
+    let Some(arity) = elementwise::arity(op) else { return Ok(false) };
+    let per = arity + 1;
+    if operands.len() != tensors * per || constants.len() != operands.len() || scalars.len() != 2 * tensors {
+        return Err(rt::Error::InvalidValue(format!("{op:?}: operand lists of mismatched lengths")).into());
+    }
+    let float = |t: &Dense| Dense::dtype_is(t, Dtype::Float);
+    let mut items = Vec::with_capacity(tensors);
+    for (i, ops) in operands.chunks_exact(per).enumerate() {
+        let out = &ops[0];
+        if !float(out) {
+            return Ok(false);
+        }
+        let mut inputs = smallvec::SmallVec::new();
+        for (k, t) in ops.iter().enumerate().skip(1) {
+            inputs.push(match t.data {
+                0 if t.numel == 0 => foreach::Operand::Constant(constants[i * per + k] as f32),
+                _ if !float(t) || t.numel != out.numel => return Ok(false),
+                _ => foreach::Operand::Memory(dense(t, Dtype::Float)?),
+            });
+        }
+        if out.numel > 0 {
+            let scalars = [scalars[2 * i] as f32, scalars[2 * i + 1] as f32];
+            items.push(foreach::Item { out: dense(out, Dtype::Float)?, inputs, scalars, n: out.numel });
+        }
+    }
+    let total = items.iter().map(|item| item.n).sum();
+    let work = foreach::Foreach { op, items };
+    launch(device, total, move || work.run())?;
+    Ok(true)
+}
+// ANCHOR_END: launch_foreach
+
+impl Dense {
+    fn dtype_is(&self, dtype: Dtype) -> bool {
+        Dtype::from_code(self.dtype) == Some(dtype)
+    }
+}
+
+/// The runtime slot of an operand of `numel` elements of our dtypes (address 0 when absent
+/// and allowed to be); `Ok(None)` for a dtype we do not compute in.
+fn slot(t: &Dense, numel: usize, required: bool, what: &str) -> Result<Option<(usize, Dtype)>> {
+    if t.data == 0 && t.numel == 0 {
+        if required && numel > 0 {
+            return Err(rt::Error::InvalidValue(format!("{what} is required")).into());
+        }
+        return Ok(Some((0, Dtype::Float)));
+    }
+    let Some(dtype) = Dtype::from_code(t.dtype) else { return Ok(None) };
+    if t.numel != numel {
+        return Err(rt::Error::InvalidValue(format!("{what} has {} elements, {numel} expected", t.numel)).into());
+    }
+    Ok(Some((dense(t, dtype)?, dtype)))
+}
+
+/// Launches a fused optimizer step over every parameter. False, having done nothing, if an
+/// operand's dtype is not float32, float16 or bfloat16.
+pub(crate) fn launch_fused_step(
+    kind: Fused, args: FusedArgs, operands: &[Dense], grad_scale: Dense, found_inf: Dense, device: i64,
+) -> Result<bool> {
+    let k = optim::per_param(kind);
+    if operands.len() % k != 0 {
+        return Err(rt::Error::InvalidValue(format!("{kind:?}: {k} operands per parameter expected")).into());
+    }
+    const NAMES: [&str; 6] = ["param", "grad", "exp_avg or momentum_buffer", "exp_avg_sq", "max_exp_avg_sq", "step"];
+    let (mut slots, mut sizes) = (Vec::with_capacity(operands.len()), Vec::new());
+    for ops in operands.chunks_exact(k) {
+        let n = ops[0].numel;
+        for (j, t) in ops.iter().enumerate() {
+            let required = match (kind, j) {
+                (Fused::Sgd, 2) => args.momentum != 0.0,
+                (_, 4) => args.amsgrad,
+                _ => true,
+            };
+            let step = kind != Fused::Sgd && j == 5;
+            let Some(s) = slot(t, if step { 1 } else { n }, required, NAMES[j])? else { return Ok(false) };
+            slots.push(s);
+        }
+        sizes.push(n);
+    }
+    let scalar = |t: &Dense, what| -> Result<Option<(usize, Dtype)>> {
+        if t.data != 0 && !t.dtype_is(Dtype::Float) {
+            return Ok(None);
+        }
+        slot(t, 1, false, what)
+    };
+    let (Some(grad_scale), Some(found_inf)) = (scalar(&grad_scale, "grad_scale")?, scalar(&found_inf, "found_inf")?) else {
+        return Ok(false);
+    };
+    let total = sizes.iter().sum();
+    let work = optim::FusedStep { kind, args, slots, sizes, grad_scale, found_inf };
+    launch(device, total, move || work.run())?;
+    Ok(true)
+}
+
+/// GradScaler's unscale-and-check over `grads`. False if a dtype is not ours.
+pub(crate) fn launch_amp_unscale(grads: &[Dense], found_inf: Dense, inv_scale: Dense, device: i64) -> Result<bool> {
+    if !found_inf.dtype_is(Dtype::Float) || !inv_scale.dtype_is(Dtype::Float) {
+        return Ok(false);
+    }
+    let (Some(found_inf), Some(inv_scale)) = (slot(&found_inf, 1, true, "found_inf")?, slot(&inv_scale, 1, true, "inv_scale")?) else {
+        return Ok(false);
+    };
+    let mut list = Vec::with_capacity(grads.len());
+    for g in grads {
+        let Some(s) = slot(g, g.numel, true, "a gradient")? else { return Ok(false) };
+        if g.numel > 0 {
+            list.push((s, g.numel));
+        }
+    }
+    let total = list.iter().map(|g| g.1).sum();
+    let work = optim::Unscale { grads: list, found_inf, inv_scale };
+    launch(device, total, move || work.run())?;
+    Ok(true)
+}
+
+/// `c10::ScalarType::Int`.
+const INT32: i8 = 3;
+
+/// GradScaler's scale update. False if a dtype is not ours.
+pub(crate) fn launch_amp_update_scale(
+    scale: Dense, growth_tracker: Dense, found_inf: Dense, growth: f64, backoff: f64, interval: i64, device: i64,
+) -> Result<bool> {
+    if !scale.dtype_is(Dtype::Float) || !found_inf.dtype_is(Dtype::Float) || growth_tracker.dtype != INT32 {
+        return Ok(false);
+    }
+    let (Some(scale), Some(found_inf)) = (slot(&scale, 1, true, "scale")?, slot(&found_inf, 1, true, "found_inf")?) else {
+        return Ok(false);
+    };
+    if growth_tracker.numel != 1 {
+        return Err(rt::Error::InvalidValue("growth_tracker must hold one element".into()).into());
+    }
+    let tracker = view(growth_tracker.data, 4, &[growth_tracker.storage, growth_tracker.storage_len])?;
+    let interval = i32::try_from(interval).map_err(|_| rt::Error::InvalidValue(format!("growth_interval {interval} is too large")))?;
+    let work = optim::UpdateScale { scale, growth_tracker: tracker, found_inf, growth: growth as f32, backoff: backoff as f32, interval };
+    launch(device, 1, move || work.run())?;
     Ok(true)
 }
 

@@ -9,7 +9,7 @@ use super::walk::Layout;
 use crate::ffi::ffi::Pointwise;
 
 /// Elements converted and computed at a time (the float32 buffers stay in L1).
-const BLOCK: usize = 512;
+pub(crate) const BLOCK: usize = 512;
 /// The smallest part worth a thread of its own (waking one costs microseconds).
 const PARALLEL: usize = 1 << 15;
 
@@ -32,9 +32,9 @@ pub(crate) fn parallel_min(n: usize, min: usize, f: impl Fn(usize, usize) + Sync
 // ANCHOR_END: parallel
 
 thread_local! {
-    /// Per-thread conversion buffers (two inputs, one output), zeroed once, not per call.
-    static SCRATCH: std::cell::RefCell<Box<[[f32; BLOCK]; 3]>> =
-        std::cell::RefCell::new(Box::new([[0.0; BLOCK]; 3]));
+    /// Per-thread conversion buffers (three inputs, one output), zeroed once, not per call.
+    static SCRATCH: std::cell::RefCell<Box<[[f32; BLOCK]; 4]>> =
+        std::cell::RefCell::new(Box::new([[0.0; BLOCK]; 4]));
 }
 
 /// Where an input's elements come from.
@@ -50,9 +50,10 @@ pub(crate) enum Source {
 #[derive(Clone)] // a graph replays a captured kernel: it runs once per replay
 pub(crate) struct Elementwise {
     pub op: Pointwise,
-    pub scalar: f32,
+    /// The operation's scalars (alpha, a threshold, hardtanh's bounds).
+    pub scalars: [f32; 2],
     pub out: (usize, Dtype),
-    pub inputs: smallvec::SmallVec<[Source; 2]>,
+    pub inputs: smallvec::SmallVec<[Source; 3]>,
     pub layout: Layout,
 }
 
@@ -69,7 +70,10 @@ pub(crate) fn arity(op: Pointwise) -> Option<usize> {
         | Pointwise::Tanh
         | Pointwise::Silu
         | Pointwise::Gelu
-        | Pointwise::LeakyRelu => 1,
+        | Pointwise::LeakyRelu
+        | Pointwise::Sqrt
+        | Pointwise::Reciprocal
+        | Pointwise::Hardtanh => 1,
         Pointwise::Add
         | Pointwise::Mul
         | Pointwise::Div
@@ -78,7 +82,10 @@ pub(crate) fn arity(op: Pointwise) -> Option<usize> {
         | Pointwise::ThresholdBackward
         | Pointwise::SiluBackward
         | Pointwise::GeluBackward
-        | Pointwise::LeakyReluBackward => 2,
+        | Pointwise::LeakyReluBackward
+        | Pointwise::HardtanhBackward
+        | Pointwise::Lerp => 2,
+        Pointwise::Addcmul | Pointwise::Addcdiv => 3,
         _ => return None,
     })
 }
@@ -92,9 +99,9 @@ impl Elementwise {
 
     fn run_range(&self, start: usize, count: usize) {
         SCRATCH.with_borrow_mut(|scratch| {
-            let [a, b, o] = &mut **scratch;
+            let [a, b, c, o] = &mut **scratch;
             // Constants are loaded once.
-            for (k, buf) in [&mut *a, &mut *b].into_iter().enumerate() {
+            for (k, buf) in [&mut *a, &mut *b, &mut *c].into_iter().enumerate() {
                 if let Some(Source::Constant(v)) = self.inputs.get(k) {
                     buf.fill(*v);
                 }
@@ -105,7 +112,7 @@ impl Elementwise {
                     let n = (len - done).min(BLOCK);
                     let at = |k: usize| offsets[k] + (done as isize) * self.layout.strides[0][k];
                     // SAFETY: C++ checked every operand's extent against its live allocation.
-                    unsafe { self.block(&at, n, a, b, o) };
+                    unsafe { self.block(&at, n, [&mut *a, &mut *b, &mut *c], o) };
                     done += n;
                 }
             });
@@ -114,10 +121,10 @@ impl Elementwise {
 
     /// Computes `n` elements whose operand byte offsets are `at(k)`. A float32 operand with
     /// unit stride is used where it lies; any other goes through a float32 buffer.
-    unsafe fn block(&self, at: &dyn Fn(usize) -> isize, n: usize, a: &mut [f32; BLOCK], b: &mut [f32; BLOCK], o: &mut [f32; BLOCK]) {
+    unsafe fn block(&self, at: &dyn Fn(usize) -> isize, n: usize, bufs: [&mut [f32; BLOCK]; 3], o: &mut [f32; BLOCK]) {
         let stride = |k: usize| self.layout.strides[0][k];
-        let mut ins = [a.as_ptr(), b.as_ptr()];
-        for (k, buf) in [&mut *a, &mut *b].into_iter().enumerate() {
+        let mut ins = [bufs[0].as_ptr(), bufs[1].as_ptr(), bufs[2].as_ptr()];
+        for (k, buf) in bufs.into_iter().enumerate() {
             if let Some(Source::Memory { base, dtype }) = self.inputs.get(k) {
                 let src = (*base as isize + at(k + 1)) as *const u8;
                 if *dtype == Dtype::Float && stride(k + 1) == 4 {
@@ -130,10 +137,10 @@ impl Elementwise {
         let (base, dtype) = self.out;
         let dst = (base as isize + at(0)) as *mut u8;
         if dtype == Dtype::Float && stride(0) == 4 {
-            unsafe { compute(self.op, self.scalar, ins[0], ins[1], dst.cast(), n) };
+            unsafe { compute(self.op, self.scalars, ins, dst.cast(), n) };
         } else {
             unsafe {
-                compute(self.op, self.scalar, ins[0], ins[1], o.as_mut_ptr(), n);
+                compute(self.op, self.scalars, ins, o.as_mut_ptr(), n);
                 dtype::store(dtype, dst, stride(0), &o[..n]);
             }
         }
@@ -141,54 +148,55 @@ impl Elementwise {
 }
 
 // ANCHOR: dense
-/// `op` over `n` contiguous float32 elements at runtime-view addresses `[out, a, b]` (the
+/// `op` over `n` contiguous float32 elements at runtime-view addresses `[out, a, b, c]` (the
 /// output stands in for an input the operation does not have): the common case needs no
 /// layout to walk and no conversion.
-pub(crate) fn run_dense_f32(op: Pointwise, scalar: f32, [o, a, b]: [usize; 3], n: usize) {
-    let at = |addr: usize, start: usize| (addr as *mut f32).wrapping_add(start);
+pub(crate) fn run_dense_f32(op: Pointwise, scalars: [f32; 2], [o, a, b, c]: [usize; 4], n: usize) {
+    let at = |addr: usize, start: usize| (addr as *mut f32).wrapping_add(start).cast_const();
     parallel(n, |start, count| {
+        let ins = [at(a, start), at(b, start), at(c, start)];
         // SAFETY: the launch checked each operand's n elements against its allocation.
-        unsafe { compute(op, scalar, at(a, start), at(b, start), at(o, start), count) }
+        unsafe { compute(op, scalars, ins, at(o, start).cast_mut(), count) }
     });
 }
 // ANCHOR_END: dense
 
 // ANCHOR: compute
-/// The arithmetic on `n` float32 values; `x` is alpha for add, the threshold for
-/// threshold_backward and the value for fill. NaN propagates through maximum and minimum.
-/// Raw pointers, because an in-place operation's output is one of its inputs.
+/// The arithmetic on `n` float32 values; `x`, the first scalar, is alpha for add, the
+/// threshold for threshold_backward and the value for fill. NaN propagates through maximum
+/// and minimum. Raw pointers, because an in-place operation's output is one of its inputs.
 ///
 /// # Safety
-/// `a`, `b` (as far as the operation reads them) and `o` must be valid for `n` elements.
-unsafe fn compute(op: Pointwise, x: f32, a: *const f32, b: *const f32, o: *mut f32, n: usize) {
+/// The inputs the operation reads and `o` must be valid for `n` elements.
+pub(crate) unsafe fn compute(op: Pointwise, x: [f32; 2], ins: [*const f32; 3], o: *mut f32, n: usize) {
     // The same loops compiled three times, for the widest vectors this CPU has (the crate is
     // built for baseline x86-64, whose SSE2 is a quarter of AVX-512's width).
     #[cfg(target_arch = "x86_64")]
     unsafe {
         if std::arch::is_x86_feature_detected!("avx512f") {
-            return compute_avx512(op, x, a, b, o, n);
+            return compute_avx512(op, x, ins, o, n);
         }
         if std::arch::is_x86_feature_detected!("avx2") {
-            return compute_avx2(op, x, a, b, o, n);
+            return compute_avx2(op, x, ins, o, n);
         }
     }
-    unsafe { compute_any(op, x, a, b, o, n) }
+    unsafe { compute_any(op, x, ins, o, n) }
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
-unsafe fn compute_avx512(op: Pointwise, x: f32, a: *const f32, b: *const f32, o: *mut f32, n: usize) {
-    unsafe { compute_any(op, x, a, b, o, n) }
+unsafe fn compute_avx512(op: Pointwise, x: [f32; 2], ins: [*const f32; 3], o: *mut f32, n: usize) {
+    unsafe { compute_any(op, x, ins, o, n) }
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn compute_avx2(op: Pointwise, x: f32, a: *const f32, b: *const f32, o: *mut f32, n: usize) {
-    unsafe { compute_any(op, x, a, b, o, n) }
+unsafe fn compute_avx2(op: Pointwise, x: [f32; 2], ins: [*const f32; 3], o: *mut f32, n: usize) {
+    unsafe { compute_any(op, x, ins, o, n) }
 }
 
 #[inline(always)]
-unsafe fn compute_any(op: Pointwise, x: f32, a: *const f32, b: *const f32, o: *mut f32, n: usize) {
+unsafe fn compute_any(op: Pointwise, [x, y]: [f32; 2], [a, b, c]: [*const f32; 3], o: *mut f32, n: usize) {
     unsafe {
         match op {
             Pointwise::Fill => map1(n, a, o, |_| x),
@@ -230,7 +238,19 @@ unsafe fn compute_any(op: Pointwise, x: f32, a: *const f32, b: *const f32, o: *m
                 grad * (0.5 * (1.0 + t) + 0.5 * s * (1.0 - t * t) * d_inner)
             }),
             Pointwise::LeakyReluBackward => map2(n, a, b, o, |s, grad| if s > 0.0 { grad } else { grad * x }),
+            // hardtanh clamps to [x, y] (NaN stays NaN); its gradient is zero at and beyond the bounds.
+            Pointwise::Hardtanh => map1(n, a, o, |a| if a < x { x } else if a > y { y } else { a }),
+            Pointwise::HardtanhBackward => map2(n, a, b, o, |grad, s| if s <= x || s >= y { 0.0 } else { grad }),
             // ANCHOR_END: activations
+            // ANCHOR: optimizer_math
+            // What the optimizers' steps are made of; x is the weight or the value.
+            Pointwise::Sqrt => map1(n, a, o, f32::sqrt),
+            Pointwise::Reciprocal => map1(n, a, o, |a| 1.0 / a),
+            // CPU's two-sided form: exact at both ends.
+            Pointwise::Lerp => map2(n, a, b, o, |s, e| if x.abs() < 0.5 { s + x * (e - s) } else { e - (e - s) * (1.0 - x) }),
+            Pointwise::Addcmul => map3(n, a, b, c, o, |s, t1, t2| s + x * t1 * t2),
+            Pointwise::Addcdiv => map3(n, a, b, c, o, |s, t1, t2| s + x * t1 / t2),
+            // ANCHOR_END: optimizer_math
             _ => {} // arity() admits only the operations above
         }
     }
@@ -265,6 +285,23 @@ unsafe fn map1(n: usize, a: *const f32, o: *mut f32, f: impl Fn(f32) -> f32) {
         } else {
             let a = std::slice::from_raw_parts(a, n);
             out.iter_mut().zip(a).for_each(|(o, &a)| *o = f(a));
+        }
+    }
+}
+
+/// `o[i] = f(a[i], b[i], c[i])`, with `o` possibly equal to an input (through raw reads).
+#[inline(always)]
+unsafe fn map3(n: usize, a: *const f32, b: *const f32, c: *const f32, o: *mut f32, f: impl Fn(f32, f32, f32) -> f32) {
+    unsafe {
+        if a == o.cast_const() && b != a && c != a {
+            // the optimizers' in-place case, vectorised: the output is the first input
+            let out = std::slice::from_raw_parts_mut(o, n);
+            let (b, c) = (std::slice::from_raw_parts(b, n), std::slice::from_raw_parts(c, n));
+            out.iter_mut().zip(b.iter().zip(c)).for_each(|(v, (&b, &c))| *v = f(*v, b, c));
+        } else {
+            for i in 0..n {
+                *o.add(i) = f(*a.add(i), *b.add(i), *c.add(i));
+            }
         }
     }
 }

@@ -1,8 +1,8 @@
 //! Iterating a TensorIterator-shaped index space: `shape[0]` is the fastest dimension and each
 //! operand has a byte stride per dimension (0 where it is broadcast).
 
-/// Up to this many operands per kernel (an output and two inputs).
-pub(crate) const MAX_OPERANDS: usize = 3;
+/// Up to this many operands per kernel (an output and three inputs: addcmul's).
+pub(crate) const MAX_OPERANDS: usize = 4;
 
 pub(crate) type Offsets = [isize; MAX_OPERANDS];
 
