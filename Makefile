@@ -88,6 +88,7 @@ serve: build book
 bench: build
 	$(PY) bench/bench.py
 	$(PY) bench/operators.py
+	$(PY) bench/models.py
 	$(PY) bench/profiler.py
 	$(PY) bench/graphs.py
 	$(PY) bench/compile.py

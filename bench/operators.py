@@ -13,6 +13,7 @@ import sys
 import time
 
 import torch
+import torch.nn.functional as F
 
 
 def batch(fn, sync, calls):
@@ -71,6 +72,16 @@ def cases(device):
         x = torch.randn(*shape).to(device)
         label = f"{f.__name__} {'x'.join(map(str, shape))} dim {dim}"
         out.append((label, lambda x=x, dim=dim, f=f: f(x, dim), 20))
+    # the model families' operators: layer norm over wide rows, convolutions on 64 channels
+    for rows, width in [(256, 1024), (64, 4096)]:
+        x, w, b = torch.randn(rows, width).to(device), torch.randn(width).to(device), torch.randn(width).to(device)
+        out.append((f"layer_norm {rows}x{width}", lambda x=x, w=w, b=b: F.layer_norm(x, x.shape[-1:], w, b), 20))
+    image = torch.randn(8, 64, 32, 32).to(device)
+    for k in [3, 1]:
+        w = torch.randn(64, 64, k, k).to(device)
+        out.append((f"conv2d {k}x{k} 64ch 8x32x32", lambda w=w, k=k: F.conv2d(image, w, padding=k // 2), 10))
+    out.append(("batch_norm 8x64x32x32", lambda: F.batch_norm(image, None, None, training=True), 20))
+    out.append(("max_pool2d 2x2 8x64x32x32", lambda: F.max_pool2d(image, 2), 20))
     m1, m2 = torch.randn(512, 512).to(device), torch.randn(512, 512).to(device)
     out.append(("mm 512x512", lambda: m1 @ m2, 20))
     out.append(("MLP 784-256-256-10 SGD step, batch 64", mlp_step(device), 20))
@@ -81,7 +92,9 @@ TARGETS = {"x + x 3x3": 1.0, "add 1M": 1.1, "mul 1M": 1.1, "relu 1M": 1.1, "add 
            "mul 16M": 1.1, "relu 16M": 1.1, "sum 16M": 1.2, "mm 512x512": 1.2,
            "softmax 1024x1024 dim -1": 1.2, "softmax 1024x1024 dim 0": 1.2, "softmax 64x128x64 dim 1": 1.2,
            "softmax 256x4096 dim -1": 1.2, "log_softmax 1024x1024 dim -1": 1.2,
-           "log_softmax 256x4096 dim -1": 1.2,
+           "log_softmax 256x4096 dim -1": 1.2, "layer_norm 256x1024": 1.2, "layer_norm 64x4096": 1.2,
+           "conv2d 3x3 64ch 8x32x32": 1.2, "conv2d 1x1 64ch 8x32x32": 1.2, "batch_norm 8x64x32x32": 1.2,
+           "max_pool2d 2x2 8x64x32x32": 1.2,
            "MLP 784-256-256-10 SGD step, batch 64": 1.3}
 
 

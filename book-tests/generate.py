@@ -50,6 +50,12 @@ def operators() -> str:
     return "\n".join(out.splitlines()[1:]) + "\n"
 
 
+def models_bench() -> str:
+    out = subprocess.run([PY, str(ROOT / "bench/models.py"), "--svg", str(OUT / "models.svg")],
+                         check=True, cwd=ROOT, capture_output=True, text=True).stdout
+    return "\n".join(out.splitlines()[1:]) + "\n"
+
+
 def files(*patterns) -> list:
     """The repository's files matching the glob patterns, sorted (a new file counts too)."""
     return sorted(str(p.relative_to(ROOT)) for pat in patterns for p in ROOT.glob(pat) if p.is_file())
@@ -200,6 +206,7 @@ OUTPUTS = {
                       "openreg/torch/src/runtime/allocator.rs", "openreg/torch/src/runtime/host_allocator.rs",
                       "openreg/torch/src/runtime/copy.rs", "book-tests/generate.py"]),
     "operators": (operators, ["bench/operators.py", *KERNELS, "book-tests/generate.py"]),
+    "models-bench": (models_bench, ["bench/models.py", *KERNELS, "book-tests/generate.py"]),
     "build-times": (build_times, ["bench/build_times.py", "openreg/torch/build.rs",
                                   "openreg/torch-build/src/lib.rs", "Cargo.toml",
                                   ".cargo/config.toml", "book-tests/generate.py"]),

@@ -39,6 +39,8 @@ fn main() {
         "csrc/operators/PointwiseOps.cpp",
         "csrc/operators/Loss.cpp",
         "csrc/operators/Optimizers.cpp",
+        "csrc/operators/Embedding.cpp",
+        "csrc/operators/TensorShape.cpp",
         "csrc/operators/Attention.cpp",
         "csrc/operators/Quantize.cpp",
         "csrc/operators/Codegen.cpp",

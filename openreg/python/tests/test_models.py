@@ -390,3 +390,168 @@ def test_pooling_bad_input_raises_what_cpu_raises():
     same_error(lambda x: F.adaptive_avg_pool2d(x, (2, -1)), x)
     same_error(lambda x: F.adaptive_avg_pool2d(x, 2), torch.randn(2, 3, 0, 4))
     same_error(lambda x: F.max_pool2d(x, 2), torch.randn(5, 5))
+
+
+OPTIMIZERS = {
+    "sgd_momentum": (torch.optim.SGD, dict(momentum=0.9, weight_decay=0.01)),
+    "sgd_nesterov": (torch.optim.SGD, dict(momentum=0.9, nesterov=True)),
+    "sgd_plain": (torch.optim.SGD, dict(maximize=True)),
+    "adam": (torch.optim.Adam, dict(weight_decay=0.01)),
+    "adam_amsgrad": (torch.optim.Adam, dict(amsgrad=True, maximize=True)),
+    "adamw": (torch.optim.AdamW, dict()),
+}
+MODES = {"foreach": dict(foreach=True), "single": dict(foreach=False), "fused": dict(fused=True)}
+
+
+def optimize(cls, kwargs, params, grads, device):
+    params = [p.clone().to(device).requires_grad_() for p in params]
+    opt = cls(params, lr=0.1, **kwargs)
+    for step in grads:
+        for p, g in zip(params, step):
+            p.grad = g.clone().to(device)
+        opt.step()
+    return params, opt
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("name", OPTIMIZERS)
+def test_optimizers_step_on_the_device_like_cpu(name, mode):
+    cls, kwargs = OPTIMIZERS[name]
+    torch.manual_seed(0)
+    # contiguous, a transposed (non-contiguous) parameter, an odd size, one element
+    params = [torch.randn(4, 3), torch.randn(5, 2).t(), torch.randn(7), torch.randn(1)]
+    grads = [[torch.randn_like(p) for p in params] for _ in range(3)]
+    expected, _ = optimize(cls, {**kwargs, **MODES[mode]}, params, grads, "cpu")
+    # foreach with amsgrad uses _foreach_maximum_, which has no openreg kernel yet
+    watch = NoFallback() if not (name == "adam_amsgrad" and mode == "foreach") else NoFallback("addc", "lerp", "fused")
+    with watch:
+        got, opt = optimize(cls, {**kwargs, **MODES[mode]}, params, grads, "openreg")
+    for e, g in zip(expected, got):
+        torch.testing.assert_close(g.detach().cpu(), e.detach(), rtol=1e-5, atol=1e-6)
+    assert g.device == torch.device("openreg:0")
+
+
+def test_fused_optimizers_on_two_devices_and_bad_input():
+    torch.manual_seed(0)
+    params = [torch.randn(3, 3), torch.randn(4)]
+    grads = [[torch.randn_like(p) for p in params] for _ in range(2)]
+    expected, _ = optimize(torch.optim.AdamW, dict(fused=True), params, grads, "cpu")
+    # one parameter on each device: the optimizer groups them and calls the kernel per device
+    ps = [params[0].clone().openreg(0).requires_grad_(), params[1].clone().openreg(1).requires_grad_()]
+    opt = torch.optim.AdamW(ps, lr=0.1, fused=True)
+    for step in grads:
+        for p, g in zip(ps, step):
+            p.grad = g.clone().to(p.device)
+        opt.step()
+    for e, g in zip(expected, ps):
+        torch.testing.assert_close(g.detach().cpu(), e.detach(), rtol=1e-5, atol=1e-6)
+    # called directly with tensors of two devices: the error names them
+    a, b = torch.randn(3).openreg(0), torch.randn(3).openreg(1)
+    step = torch.ones((), device="openreg:0")
+    with pytest.raises(RuntimeError, match="same device"):
+        torch._fused_adam_([a], [b], [a.clone()], [a.clone()], [], [step], lr=0.1, beta1=0.9, beta2=0.99,
+                           weight_decay=0.0, eps=1e-8, amsgrad=False, maximize=False)
+    with pytest.raises(RuntimeError, match="to have 1 tensors, got 2"):
+        torch._fused_sgd_([a], [a, a], [], weight_decay=0.0, momentum=0.0, lr=0.1, dampening=0.0,
+                          nesterov=False, maximize=False, is_first_step=True)
+
+
+def test_grad_scaler_skips_inf_steps_and_updates_its_scale_like_cpu():
+    results = []
+    for device in ["cpu", "openreg"]:
+        torch.manual_seed(1)
+        w = torch.randn(4, 3).to(device).requires_grad_()
+        opt = torch.optim.Adam([w], lr=0.1)
+        scaler = torch.amp.GradScaler(device, init_scale=2.0**16, growth_interval=2)
+        scales = []
+        for i in range(5):
+            x = torch.randn(5, 4).to(device)
+            loss = (x @ w).square().sum() * (float("inf") if i == 1 else 1.0)
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
+            opt.zero_grad()
+            scales.append(scaler.get_scale())
+        results.append((w.detach().cpu(), scales))
+    torch.testing.assert_close(results[1][0], results[0][0])
+    assert results[1][1] == results[0][1]  # backed off at the inf, grew after two clean steps
+
+
+def test_hardtanh_mse_loss_embedding_and_cat_like_cpu():
+    x = torch.tensor([float("nan"), -3.0, -1.0, -0.5, 0.0, 0.5, 1.0, 3.0])
+    for fn in [F.hardtanh, F.relu6, lambda t: F.hardtanh(t, -0.5, 2.0)]:
+        a, b = x.clone().requires_grad_(), x.openreg().requires_grad_()
+        with NoFallback("hardtanh"):
+            out = fn(b)
+            out.nansum().backward()
+        expected = fn(a)
+        expected.nansum().backward()
+        torch.testing.assert_close(out.cpu(), expected, equal_nan=True)
+        torch.testing.assert_close(b.grad.cpu(), a.grad, equal_nan=True)
+    y = x.openreg()
+    F.hardtanh_(y)
+    torch.testing.assert_close(y.cpu(), F.hardtanh(x), equal_nan=True)
+    a, t = torch.randn(3, 5), torch.randn(3, 5)
+    for reduction in ["mean", "sum", "none"]:
+        grads_against_cpu(lambda a, t: F.mse_loss(a, t, reduction=reduction), [a, t], "openreg:1", torch.float32)
+    same_error(lambda a, t: F.mse_loss(a, t, reduction="bad"), a, t)
+    weight, idx = torch.randn(10, 4), torch.tensor([[1, 2, 1], [9, 0, 2]])
+    for kwargs in [{}, dict(padding_idx=2), dict(scale_grad_by_freq=True)]:
+        cpu, dev = weight.clone().requires_grad_(), weight.openreg().requires_grad_()
+        with NoFallback():
+            out = F.embedding(idx.openreg(), dev, **kwargs)
+            out.sum().backward()
+        expected = F.embedding(idx, cpu, **kwargs)
+        expected.sum().backward()
+        torch.testing.assert_close(out.cpu(), expected)
+        torch.testing.assert_close(dev.grad.cpu(), cpu.grad)
+    same_error(lambda i, w: F.embedding(i, w), torch.tensor([10]), weight)
+    same_error(lambda i, w: F.embedding(i, w), torch.tensor([-1]), weight)
+    same_error(lambda w, i: torch.index_select(w, 0, i), weight, torch.tensor([[1]]))
+    for dim in [0, 1, -1]:
+        check_t = torch.randn(4, 6, 2)
+        torch.testing.assert_close(torch.index_select(check_t.openreg(), dim, torch.tensor([1, 0, 1]).openreg()).cpu(),
+                                   torch.index_select(check_t, dim, torch.tensor([1, 0, 1])))
+    parts = [torch.randn(2, 3), torch.randn(2, 0), torch.randn(2, 5).half(), torch.randn(0)]
+    with NoFallback("cat"):
+        got = torch.cat([p.openreg() for p in parts], 1)
+    torch.testing.assert_close(got.cpu(), torch.cat(parts, 1))
+    same_error(lambda a, b: torch.cat([a, b]), torch.randn(2, 3), torch.randn(2, 4))
+    with pytest.raises(RuntimeError, match="same device|different"):
+        torch.cat([torch.randn(2).openreg(), torch.randn(2)])
+
+
+def load_models():
+    """The benchmark's five model families (bench/models.py)."""
+    import importlib.util
+    path = __import__("pathlib").Path(__file__).resolve().parents[3] / "bench" / "models.py"
+    spec = importlib.util.spec_from_file_location("bench_models", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+MODELS = load_models()
+
+
+@pytest.mark.parametrize("name", MODELS.MODELS)
+def test_training_steps_match_cpu(name):
+    """Three training steps of each benchmarked model: losses, gradients and parameters as on
+    the CPU, with no operator falling back but BatchNorm's int64 step counter. (Adam moves a
+    parameter by about lr wherever its gradient is only rounding noise, such as attention's key
+    bias, whose exact gradient is zero: parameters are compared within one step of that.)"""
+    cpu_step, cpu_model = MODELS.trainer(name, "cpu")
+    dev_step, dev_model = MODELS.trainer(name, "openreg")
+    adam = "Adam" in name
+    for step in range(3):
+        expected = cpu_step()
+        with NoFallback() if "CNN" not in name else NoFallback("conv", "norm", "pool", "sgd", "foreach"):
+            got = dev_step()
+        torch.testing.assert_close(got.cpu(), expected, rtol=1e-4, atol=1e-5)
+        # The first step starts from equal parameters; later ones from parameters a rounding
+        # apart, where a max-pooling window's winner may change.
+        tolerance = dict(rtol=1e-4, atol=1e-5) if step == 0 else dict(rtol=1e-2, atol=1e-3)
+        for (n, p), q in zip(cpu_model.named_parameters(), dev_model.parameters()):
+            torch.testing.assert_close(q.grad.cpu(), p.grad, **tolerance, msg=f"{n}.grad")
+    for (n, p), q in zip(cpu_model.named_parameters(), dev_model.parameters()):
+        torch.testing.assert_close(q.detach().cpu(), p.detach(), rtol=1e-4, atol=1e-3 if adam else 1e-5, msg=n)

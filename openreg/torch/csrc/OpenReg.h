@@ -68,6 +68,8 @@ void register_pooling();
 void register_compound_pointwise();
 void register_losses();
 void register_optimizers();
+void register_embedding();
+void register_tensor_shape();
 void register_autocast();
 void register_attention();
 void register_quantized_ops();

@@ -38,6 +38,8 @@ void register_backend() {
     register_compound_pointwise();
     register_losses();
     register_optimizers();
+    register_embedding();
+    register_tensor_shape();
     register_codegen_ops();
   }
   // No CPU kernel exists for these, so the fallback could not run them.

@@ -12,7 +12,7 @@ use crate::runtime::device::{
 use crate::error::last_error_kind;
 use crate::operators::fallback::record_fallback;
 use crate::operators::kernels::{
-    launch_abs_f32, launch_amp_unscale, launch_amp_update_scale, launch_convolution, launch_foreach, launch_fused_step,
+    embedding_backward, index_select, launch_abs_f32, launch_amp_unscale, launch_amp_update_scale, launch_convolution, launch_foreach, launch_fused_step,
     launch_matmul, launch_norm, launch_pointwise, launch_pool2d, launch_reduction, launch_rnn_cell, launch_same_shape,
     launch_softmax, nll_loss_backward, nll_loss_forward,
 };
@@ -136,6 +136,7 @@ pub(crate) mod ffi {
         HardtanhBackward,
         Sqrt,
         Reciprocal,
+        Log,
         /// `scalar`: the weight.
         Lerp,
         /// `scalar`: the value.
@@ -431,6 +432,25 @@ pub(crate) mod ffi {
             growth: f64,
             backoff: f64,
             interval: i64,
+            device: i64,
+        ) -> Result<bool>;
+        /// `indices`: host values, already checked against `size` (see Embedding.cpp).
+        fn index_select(
+            src: Dense,
+            dst: Dense,
+            indices: &[i64],
+            outer: usize,
+            size: usize,
+            inner: usize,
+            device: i64,
+        ) -> Result<()>;
+        fn embedding_backward(
+            grad_weight: Dense,
+            grad_output: Dense,
+            indices: &[i64],
+            dim: usize,
+            padding_idx: i64,
+            scale_by_freq: bool,
             device: i64,
         ) -> Result<bool>;
         /// The NLL loss waits for the stream and runs on the calling thread (see operators/kernels.rs).

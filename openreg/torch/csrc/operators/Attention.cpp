@@ -8,7 +8,7 @@
 #include <ATen/core/Tensor.h>
 #include <ATen/native/transformers/attention.h>
 #include <ATen/ops/empty.h>
-#include <ATen/ops/logsumexp.h>
+#include <ATen/ops/amax.h>
 #include <ATen/ops/matmul.h>
 #include <ATen/ops/ones.h>
 #include <ATen/ops/where.h>
@@ -66,7 +66,11 @@ attention_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
   TORCH_CHECK(dropout_p == 0.0, "openreg's fused attention has no dropout; got dropout_p=",
               dropout_p, " (torch.nn.functional.scaled_dot_product_attention uses the math path)");
   const at::Tensor s = scores(q, k, bias, is_causal, scale_of(q, scale));
-  at::Tensor lse = at::logsumexp(s, -1);  // per query row: the softmax's normaliser
+  // Per query row, the softmax's normaliser log Σ exp(s): from the row's maximum, in device
+  // operators (at::logsumexp would add a mask for infinite maxima, which reaches the fallback;
+  // a row masked entirely gives NaN here, as the math path's softmax does).
+  const at::Tensor max = at::amax(s, -1, true);
+  at::Tensor lse = s.sub(max).exp_().sum(-1).log_().add_(max.squeeze(-1));
   at::Tensor p = s.sub(lse.unsqueeze(-1)).exp_();
   at::Tensor out = at::matmul(p, v.to(at::kFloat)).to(q.scalar_type());
   const auto seed_options = at::TensorOptions().dtype(at::kLong);

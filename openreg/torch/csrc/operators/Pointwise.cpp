@@ -30,6 +30,8 @@
 #include <ATen/ops/silu_backward.h>
 #include <ATen/ops/silu_backward_meta.h>
 #include <ATen/ops/silu_meta.h>
+#include <ATen/ops/log.h>
+#include <ATen/ops/log_meta.h>
 #include <ATen/ops/reciprocal.h>
 #include <ATen/ops/reciprocal_meta.h>
 #include <ATen/ops/sqrt.h>
@@ -191,6 +193,7 @@ OPENREG_UNARY(tanh, Tanh)
 OPENREG_UNARY(silu, Silu)
 OPENREG_UNARY(sqrt, Sqrt)
 OPENREG_UNARY(reciprocal, Reciprocal)
+OPENREG_UNARY(log, Log)
 
 // ANCHOR: activations
 // gelu's `approximate` ("none" or "tanh") becomes the kernel's scalar. The meta function does
@@ -428,6 +431,9 @@ void register_pointwise_ops() {
     library.impl("sqrt", TORCH_FN(sqrt));
     library.impl("sqrt_", TORCH_FN(sqrt_));
     library.impl("sqrt.out", TORCH_FN(sqrt_out));
+    library.impl("log", TORCH_FN(log));
+    library.impl("log_", TORCH_FN(log_));
+    library.impl("log.out", TORCH_FN(log_out));
     library.impl("reciprocal", TORCH_FN(reciprocal));
     library.impl("reciprocal_", TORCH_FN(reciprocal_));
     library.impl("reciprocal.out", TORCH_FN(reciprocal_out));

@@ -83,7 +83,6 @@ at::Tensor& lerp_out(const at::Tensor& self, const at::Tensor& end, const at::Sc
 // bounds as the kernel's scalars. `out` undefined: the iterator allocates the result.
 at::Tensor hardtanh_into(const at::Tensor& self, const at::Scalar& min, const at::Scalar& max,
                          at::Tensor out) {
-  TORCH_CHECK(self.scalar_type() != at::kBool, "Bool inputs not supported for hardtanh");
   auto iter = at::TensorIterator::unary_op(out, self);
   if (!run_pointwise(iter, Pointwise::Hardtanh, real(min), real(max))) {
     note_host_path("hardtanh", self.scalar_type());

@@ -73,6 +73,7 @@ pub(crate) fn arity(op: Pointwise) -> Option<usize> {
         | Pointwise::LeakyRelu
         | Pointwise::Sqrt
         | Pointwise::Reciprocal
+        | Pointwise::Log
         | Pointwise::Hardtanh => 1,
         Pointwise::Add
         | Pointwise::Mul
@@ -246,6 +247,7 @@ unsafe fn compute_any(op: Pointwise, [x, y]: [f32; 2], [a, b, c]: [*const f32; 3
             // What the optimizers' steps are made of; x is the weight or the value.
             Pointwise::Sqrt => map1(n, a, o, f32::sqrt),
             Pointwise::Reciprocal => map1(n, a, o, |a| 1.0 / a),
+            Pointwise::Log => map1(n, a, o, f32::ln),
             // CPU's two-sided form: exact at both ends.
             Pointwise::Lerp => map2(n, a, b, o, |s, e| if x.abs() < 0.5 { s + x * (e - s) } else { e - (e - s) * (1.0 - x) }),
             Pointwise::Addcmul => map3(n, a, b, c, o, |s, t1, t2| s + x * t1 * t2),

@@ -1,0 +1,109 @@
+// An embedding on the device: its forward is index_select on the weight's rows, its backward
+// embedding_dense_backward. Both need the index values: as nll_loss does, the glue waits for
+// the stream and reads them (a GPU would read them in the kernel and report a bad one at the
+// next synchronization). Rust kernels: src/operators/kernels/embedding.rs.
+
+#include "operators/Structured.h"
+
+#include <ATen/ops/embedding_dense_backward.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/index_select.h>
+#include <ATen/ops/zeros.h>
+#include <ATen/native/Resize.h>
+#include <c10/core/WrapDimMinimal.h>
+#include <torch/library.h>
+
+namespace openreg {
+namespace {
+
+// ANCHOR: read_indices
+// The values of an integer index tensor, read on the host once the stream is done with it.
+std::vector<int64_t> read_indices(const at::Tensor& index) {
+  const at::Tensor host = host_alias(index.contiguous()).to(at::kLong);
+  return {host.const_data_ptr<int64_t>(), host.const_data_ptr<int64_t>() + host.numel()};
+}
+// ANCHOR_END: read_indices
+
+at::Tensor& index_select_out(const at::Tensor& self, int64_t dim, const at::Tensor& index,
+                             at::Tensor& out) {
+  check_devices("index_select_out", {{"self", &self}, {"index", &index}, {"out", &out}});
+  TORCH_CHECK_INDEX(index.dim() <= 1, "index_select(): Index is supposed to be a vector");
+  TORCH_CHECK(index.scalar_type() == at::kLong || index.scalar_type() == at::kInt,
+              "index_select(): Expected dtype int32 or int64 for index");
+  TORCH_CHECK(self.scalar_type() == out.scalar_type(),
+              "index_select(): self and result must have the same scalar type");
+  dim = c10::maybe_wrap_dim(dim, self.dim());
+  const int64_t size = self.dim() == 0 ? 1 : self.size(dim);
+  const std::vector<int64_t> indices = read_indices(index);
+  for (int64_t i : indices) {
+    TORCH_CHECK_INDEX(i >= 0 && i < size, "index out of range in self");
+  }
+  std::vector<int64_t> sizes(self.sizes().begin(), self.sizes().end());
+  if (self.dim() > 0) {
+    sizes[dim] = static_cast<int64_t>(indices.size());
+  }
+  at::native::resize_output(out, sizes);
+  const at::Tensor src = self.contiguous();
+  const at::Tensor dst = out.is_contiguous() ? out : at::empty(sizes, out.options());
+  int64_t outer = 1, inner = 1;
+  for (int64_t d = 0; d < self.dim(); ++d) {
+    (d < dim ? outer : inner) *= d == dim ? 1 : self.size(d);
+  }
+  call([&] {
+    index_select(dense(src), dense(dst), {indices.data(), indices.size()}, outer, size, inner,
+                 self.device().index());
+  });
+  if (!dst.is_same(out)) {
+    out.copy_(dst);
+  }
+  return out;
+}
+
+at::Tensor index_select_functional(const at::Tensor& self, int64_t dim, const at::Tensor& index) {
+  at::Tensor out = at::empty({0}, self.options());
+  return index_select_out(self, dim, index, out);
+}
+
+// ANCHOR: embedding_backward
+at::Tensor dense_backward(const at::Tensor& grad_output, const at::Tensor& indices,
+                              int64_t num_weights, int64_t padding_idx, bool scale_grad_by_freq) {
+  check_devices("embedding_dense_backward", {{"grad_output", &grad_output}, {"indices", &indices}});
+  const int64_t dim = grad_output.size(-1);
+  const std::vector<int64_t> values = read_indices(indices);
+  TORCH_CHECK(grad_output.numel() == static_cast<int64_t>(values.size()) * dim,
+              "embedding_dense_backward: grad_output of size ", grad_output.sizes(),
+              " does not match indices of size ", indices.sizes());
+  for (int64_t i : values) {
+    TORCH_CHECK_INDEX(i >= 0 && i < num_weights, "embedding_dense_backward: index ", i,
+                      " is out of range for ", num_weights, " weights");
+  }
+  at::Tensor grad_weight = at::empty({num_weights, dim}, grad_output.options());
+  const bool done = call([&] {
+    return openreg::embedding_backward(dense(grad_weight), dense(grad_output.contiguous()),
+                                       {values.data(), values.size()}, dim, padding_idx,
+                                       scale_grad_by_freq, grad_output.device().index());
+  });
+  if (!done) {
+    note_host_path("embedding_dense_backward", grad_output.scalar_type());
+    host_alias(grad_weight).copy_(at::embedding_dense_backward(
+        host_alias(grad_output), host_alias(indices), num_weights, padding_idx, scale_grad_by_freq));
+  }
+  return grad_weight;
+}
+// ANCHOR_END: embedding_backward
+
+} // namespace
+
+void register_embedding() {
+  static torch::Library library(torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1,
+                                __FILE__, __LINE__);
+  static bool registered = [] {
+    library.impl("index_select", TORCH_FN(index_select_functional));
+    library.impl("index_select.out", TORCH_FN(index_select_out));
+    library.impl("embedding_dense_backward", TORCH_FN(dense_backward));
+    return true;
+  }();
+  (void)registered;
+}
+
+} // namespace openreg
