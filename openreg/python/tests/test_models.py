@@ -537,7 +537,7 @@ MODELS = load_models()
 @pytest.mark.parametrize("name", MODELS.MODELS)
 def test_training_steps_match_cpu(name):
     """Three training steps of each benchmarked model: losses, gradients and parameters as on
-    the CPU, with no operator falling back but BatchNorm's int64 step counter. (Adam moves a
+    the CPU, with no operator falling back. (Adam moves a
     parameter by about lr wherever its gradient is only rounding noise, such as attention's key
     bias, whose exact gradient is zero: parameters are compared within one step of that.)"""
     cpu_step, cpu_model = MODELS.trainer(name, "cpu")
@@ -545,7 +545,7 @@ def test_training_steps_match_cpu(name):
     adam = "Adam" in name
     for step in range(3):
         expected = cpu_step()
-        with NoFallback() if "CNN" not in name else NoFallback("conv", "norm", "pool", "sgd", "foreach"):
+        with NoFallback():
             got = dev_step()
         torch.testing.assert_close(got.cpu(), expected, rtol=1e-4, atol=1e-5)
         # The first step starts from equal parameters; later ones from parameters a rounding
@@ -555,3 +555,16 @@ def test_training_steps_match_cpu(name):
             torch.testing.assert_close(q.grad.cpu(), p.grad, **tolerance, msg=f"{n}.grad")
     for (n, p), q in zip(cpu_model.named_parameters(), dev_model.parameters()):
         torch.testing.assert_close(q.detach().cpu(), p.detach(), rtol=1e-4, atol=1e-3 if adam else 1e-5, msg=n)
+
+
+def test_int64_addition_is_native_and_exact():
+    """BatchNorm counts its steps in an int64 tensor: added on the device, exactly."""
+    big = torch.tensor([1, 2**62, -5])
+    for a, b, alpha in [(big, torch.tensor(1), 1), (big, big, -3), (torch.arange(6).view(3, 2).t(), torch.arange(3), 2)]:
+        with NoFallback():
+            got = torch.add(a.openreg(), b.openreg(), alpha=alpha)
+        assert torch.equal(got.cpu(), torch.add(a, b, alpha=alpha))
+    x = big.openreg()
+    with NoFallback():
+        x.add_(1)
+    assert torch.equal(x.cpu(), big + 1)

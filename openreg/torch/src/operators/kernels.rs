@@ -116,6 +116,9 @@ pub(crate) fn launch_pointwise(
     shape: &[i64], strides: &[i64], device: i64,
 ) -> Result<bool> {
     let storage = |k: usize| storages.get(2 * k..2 * k + 2).unwrap_or(&[]);
+    if op == Pointwise::Add && dtypes.len() == 3 && dtypes.iter().all(|&d| d == INT64) {
+        return launch_add_i64(scalar, data, storages, constants, shape, strides, device);
+    }
     if !pointwise_supported(op, dtypes) || data.len() > walk::MAX_OPERANDS {
         return Ok(false);
     }
@@ -156,6 +159,48 @@ pub(crate) fn launch_pointwise(
     Ok(true)
 }
 // ANCHOR_END: launch_pointwise
+
+/// int64 `out = a + alpha * b` (BatchNorm's step counter is one), in exact integer arithmetic
+/// with wrap-around as on CPU. False if alpha or a CPU scalar is not an exact integer in
+/// float64 (such values take CPU's kernel).
+fn launch_add_i64(
+    alpha: f64, data: &[usize], storages: &[usize], constants: &[f64], shape: &[i64], strides: &[i64], device: i64,
+) -> Result<bool> {
+    const EXACT: f64 = (1u64 << 53) as f64;
+    let exact = |v: f64| v.fract() == 0.0 && v.abs() < EXACT;
+    if !exact(alpha) || (1..3).any(|k| data[k] == 0 && !exact(constants.get(k).copied().unwrap_or(0.0))) {
+        return Ok(false);
+    }
+    let layout = Layout::new(shape, strides, 3);
+    let n = layout.numel();
+    if n == 0 {
+        return Ok(true);
+    }
+    let mut at = [0usize; 3];
+    for k in 0..3 {
+        if data[k] != 0 {
+            at[k] = view(data[k], layout.extent(k, 8), storages.get(2 * k..2 * k + 2).unwrap_or(&[]))?;
+        }
+    }
+    let values = [0, constants.get(1).copied().unwrap_or(0.0) as i64, constants.get(2).copied().unwrap_or(0.0) as i64];
+    let alpha = alpha as i64;
+    launch(device, n, move || {
+        layout.walk(0, n, |o, len| {
+            for i in 0..len as isize {
+                // SAFETY: every extent was checked at launch; a 0 address is a CPU scalar.
+                unsafe {
+                    let get = |k: usize| match at[k] {
+                        0 => values[k],
+                        base => ((base as isize + o[k] + i * layout.strides[0][k]) as *const i64).read_unaligned(),
+                    };
+                    let sum = get(1).wrapping_add(alpha.wrapping_mul(get(2)));
+                    ((at[0] as isize + o[0] + i * layout.strides[0][0]) as *mut i64).write_unaligned(sum);
+                }
+            }
+        })
+    })?;
+    Ok(true)
+}
 
 // ANCHOR: launch_same_shape
 /// Launches `op` over contiguous float32 operands of one shape, output first (`b` is not read

@@ -32,6 +32,7 @@ pub(crate) fn operands(op: Norm) -> (usize, usize) {
 const LANES: usize = 16;
 
 /// Σ f(x) over `x`, in `LANES` float32 partial sums the compiler vectorises.
+#[inline(always)]
 fn sum(x: &[f32], f: impl Fn(f32) -> f32) -> f64 {
     let mut acc = [0.0f32; LANES];
     let chunks = x.chunks_exact(LANES);
@@ -95,29 +96,12 @@ impl Normalization {
                 // SAFETY: rows are disjoint per part; sizes were checked at launch.
                 unsafe {
                     let x = read(input, r * len, len, &mut sx);
-                    let m = (sum(x, |v| v) / len.max(1) as f64) as f32;
-                    let var = sum(x, |v| (v - m) * (v - m)) / len.max(1) as f64;
-                    let rs = (1.0 / (var + self.shape.eps).sqrt()) as f32;
-                    write(mean, r, 1, &mut Vec::new(), |v| v[0] = m);
-                    write(rstd, r, 1, &mut Vec::new(), |v| v[0] = rs);
                     let first = r % g * group; // the group's first channel
                     let (w, b) = (&weight[first..first + group], &bias[first..first + group]);
-                    write(out, r * len, len, &mut sy, |y| {
-                        if s == 1 {
-                            // layer norm: a weight per element
-                            for (((y, &x), &w), &b) in y.iter_mut().zip(x).zip(w).zip(b) {
-                                *y = (x - m) * rs * w + b;
-                            }
-                        } else {
-                            for (k, (y, x)) in y.chunks_exact_mut(s).zip(x.chunks_exact(s)).enumerate() {
-                                let scale = rs * w[k];
-                                let shift = b[k] - m * scale;
-                                for (y, &x) in y.iter_mut().zip(x) {
-                                    *y = x * scale + shift;
-                                }
-                            }
-                        }
-                    });
+                    let mut stats = (0.0, 0.0);
+                    write(out, r * len, len, &mut sy, |y| stats = normalize(x, y, w, b, s, self.shape.eps));
+                    write(mean, r, 1, &mut Vec::new(), |v| v[0] = stats.0);
+                    write(rstd, r, 1, &mut Vec::new(), |v| v[0] = stats.1);
                 }
             }
         });
@@ -134,7 +118,7 @@ impl Normalization {
         pool::run(parts, |p| {
             let (mut sx, mut sg, mut sy) = (Vec::new(), Vec::new(), Vec::new());
             let (mut gw, mut gb) = (vec![0.0f64; c], vec![0.0f64; c]);
-            let mut xhat = Vec::new();
+            let (mut xhat, mut dxhat) = (Vec::new(), Vec::new());
             for r in (p..n * g).step_by(parts) {
                 // SAFETY: as in group_norm.
                 unsafe {
@@ -148,14 +132,10 @@ impl Normalization {
                     let (mut a, mut b) = (0.0f64, 0.0f64);
                     if s == 1 {
                         // layer norm: a weight per element, one pass over the row
-                        let w = &weight[first..first + len];
-                        let (mut sa, mut sb) = ([0.0f32; LANES], [0.0f32; LANES]);
-                        for (i, ((&dy, &xh), &w)) in dy.iter().zip(&xhat).zip(w).enumerate() {
-                            sa[i % LANES] += dy * w;
-                            sb[i % LANES] += dy * w * xh;
-                        }
-                        a = sa.iter().map(|&v| v as f64).sum();
-                        b = sb.iter().map(|&v| v as f64).sum();
+                        dxhat.clear();
+                        dxhat.extend(dy.iter().zip(&weight[first..first + len]).map(|(&dy, &w)| dy * w));
+                        a = sum(&dxhat, |v| v);
+                        b = dy_dot(&dxhat, &xhat);
                         let (gw, gb) = (&mut gw[first..first + len], &mut gb[first..first + len]);
                         for (((gw, gb), &dy), &xh) in gw.iter_mut().zip(gb.iter_mut()).zip(dy).zip(&xhat) {
                             *gw += (dy * xh) as f64;
@@ -326,7 +306,60 @@ impl Normalization {
     }
 }
 
+// ANCHOR: normalize
+/// One group: `y = (x - mean) * rstd * w + b`, with a weight per element (`s == 1`, layer
+/// norm) or per channel of `s` elements. Returns (mean, rstd). Compiled for the widest SIMD
+/// the CPU has, as softmax is.
+fn normalize(x: &[f32], y: &mut [f32], w: &[f32], b: &[f32], s: usize, eps: f64) -> (f32, f32) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use super::softmax::{Simd, simd};
+        // SAFETY: the CPU has the features (simd() asked it).
+        match simd() {
+            Simd::Avx512 => return unsafe { normalize_avx512(x, y, w, b, s, eps) },
+            Simd::Avx2 => return unsafe { normalize_avx2(x, y, w, b, s, eps) },
+            Simd::Baseline => {}
+        }
+    }
+    normalize_any(x, y, w, b, s, eps)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx2,fma")]
+unsafe fn normalize_avx512(x: &[f32], y: &mut [f32], w: &[f32], b: &[f32], s: usize, eps: f64) -> (f32, f32) {
+    normalize_any(x, y, w, b, s, eps)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn normalize_avx2(x: &[f32], y: &mut [f32], w: &[f32], b: &[f32], s: usize, eps: f64) -> (f32, f32) {
+    normalize_any(x, y, w, b, s, eps)
+}
+
+#[inline(always)]
+fn normalize_any(x: &[f32], y: &mut [f32], w: &[f32], b: &[f32], s: usize, eps: f64) -> (f32, f32) {
+    let n = x.len().max(1) as f64;
+    let m = (sum(x, |v| v) / n) as f32;
+    let rs = (1.0 / (sum(x, |v| (v - m) * (v - m)) / n + eps).sqrt()) as f32;
+    if s == 1 {
+        for (((y, &x), &w), &b) in y.iter_mut().zip(x).zip(w).zip(b) {
+            *y = (x - m) * rs * w + b;
+        }
+    } else {
+        for (k, (y, x)) in y.chunks_exact_mut(s).zip(x.chunks_exact(s)).enumerate() {
+            let scale = rs * w[k];
+            let shift = b[k] - m * scale;
+            for (y, &x) in y.iter_mut().zip(x) {
+                *y = x * scale + shift;
+            }
+        }
+    }
+    (m, rs)
+}
+// ANCHOR_END: normalize
+
 /// Σ a[i] * b[i] in float32 partial sums.
+#[inline(always)]
 fn dy_dot(a: &[f32], b: &[f32]) -> f64 {
     let mut acc = [0.0f32; LANES];
     let (ca, cb) = (a.chunks_exact(LANES), b.chunks_exact(LANES));

@@ -264,7 +264,7 @@ thread_local! {
 }
 
 #[derive(Clone, Copy)]
-enum Simd {
+pub(super) enum Simd {
     Baseline,
     Avx2,
     Avx512,
@@ -272,7 +272,7 @@ enum Simd {
 
 /// The widest SIMD the CPU has, asked once.
 #[cfg(target_arch = "x86_64")]
-fn simd() -> Simd {
+pub(super) fn simd() -> Simd {
     static SIMD: OnceLock<Simd> = OnceLock::new();
     *SIMD.get_or_init(|| {
         if !(is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma")) {
