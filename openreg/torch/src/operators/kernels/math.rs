@@ -34,6 +34,24 @@ pub(crate) fn exp(x: f32) -> f32 {
 }
 // ANCHOR_END: exp
 
+// ANCHOR: tanh
+/// `1 / (1 + e^-x)`, vectorisable.
+#[inline(always)]
+pub(crate) fn sigmoid(x: f32) -> f32 {
+    1.0 / (1.0 + exp(-x))
+}
+
+/// `tanh(x)` in float32, vectorisable: `1 - 2 / (e^2x + 1)`, which saturates correctly at both
+/// ends; near 0, where that form cancels, the series `x - x^3/3 + 2x^5/15 - 17x^7/315`.
+#[inline(always)]
+pub(crate) fn tanh(x: f32) -> f32 {
+    let x2 = x * x;
+    let series = x * (1.0 + x2 * (-1.0 / 3.0 + x2 * (2.0 / 15.0 - x2 * (17.0 / 315.0))));
+    let wide = 1.0 - 2.0 / (exp(2.0 * x) + 1.0);
+    if x.abs() < 0.125 { series } else { wide }
+}
+// ANCHOR_END: tanh
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -52,5 +70,19 @@ mod tests {
         assert_eq!(exp(-100.0), 0.0);
         assert_eq!(exp(f32::INFINITY), f32::INFINITY);
         assert!(exp(f32::NAN).is_nan());
+    }
+
+    #[test]
+    fn tanh_and_sigmoid_close_to_libm() {
+        let mut x = -20.0f32;
+        while x < 20.0 {
+            let (t, want) = (tanh(x), f64::from(x).tanh());
+            assert!((f64::from(t) - want).abs() <= 5e-7 * want.abs(), "tanh({x}) = {t}, expected {want}");
+            let (s, want) = (sigmoid(x), 1.0 / (1.0 + (-f64::from(x)).exp()));
+            assert!((f64::from(s) - want).abs() <= 3e-7 * want, "sigmoid({x}) = {s}, expected {want}");
+            x += 0.00731;
+        }
+        assert_eq!((tanh(100.0), tanh(-100.0), tanh(0.0)), (1.0, -1.0, 0.0));
+        assert!(tanh(f32::NAN).is_nan() && sigmoid(f32::NAN).is_nan());
     }
 }

@@ -8,6 +8,7 @@
 //! converted to float32, computed and stored back.
 
 use super::dtype::{self, Dtype};
+use super::math::{sigmoid, tanh};
 use super::pool;
 use crate::ffi::ffi::Cell;
 
@@ -33,41 +34,53 @@ pub(crate) fn layout(op: Cell) -> (&'static [(usize, bool)], usize) {
 }
 // ANCHOR_END: layout
 
-fn sigmoid(x: f32) -> f32 {
-    1.0 / (1.0 + (-x).exp())
-}
-
 // ANCHOR: lstm
-/// One row of the batch: `out` the outputs, `x` the inputs, in [`layout`]'s order.
+/// One row of the batch: `out` the outputs, `x` the inputs, in [`layout`]'s order. The gates
+/// are `[i f g o]` blocks of `h`; each loop runs over slices, so it vectorises (math.rs).
+#[inline(always)]
 fn lstm_forward(h: usize, out: &mut [Vec<f32>], x: &[Vec<f32>]) {
     let [hy, cy, ws] = out else { return };
     let [ig, hg, cx, ib, hb] = x else { return };
-    let gate = |k: usize, j: usize| ig[k * h + j] + hg[k * h + j] + ib[k * h + j] + hb[k * h + j];
-    for j in 0..h {
-        let (i, f, g, o) = (sigmoid(gate(0, j)), sigmoid(gate(1, j)), gate(2, j).tanh(), sigmoid(gate(3, j)));
-        cy[j] = f * cx[j] + i * g;
-        hy[j] = o * cy[j].tanh();
-        (ws[j], ws[h + j], ws[2 * h + j], ws[3 * h + j]) = (i, f, g, o);
+    for (((w, &a), &b), (&c, &d)) in ws.iter_mut().zip(ig).zip(hg).zip(ib.iter().zip(hb)) {
+        *w = a + b + c + d;
+    }
+    let (i, rest) = ws.split_at_mut(h);
+    let (f, rest) = rest.split_at_mut(h);
+    let (g, o) = rest.split_at_mut(h);
+    for ((((i, f), g), o), ((cy, hy), &cx)) in
+        i.iter_mut().zip(f.iter_mut()).zip(g.iter_mut()).zip(o.iter_mut()).zip(cy.iter_mut().zip(hy.iter_mut()).zip(cx))
+    {
+        (*i, *f, *g, *o) = (sigmoid(*i), sigmoid(*f), tanh(*g), sigmoid(*o));
+        *cy = *f * cx + *i * *g;
+        *hy = *o * tanh(*cy);
     }
 }
 
+#[inline(always)]
 fn lstm_backward(h: usize, out: &mut [Vec<f32>], x: &[Vec<f32>]) {
     let [grad_gates, grad_cx] = out else { return };
     let [grad_hy, grad_cy, cx, cy, ws] = x else { return };
+    let (gi, rest) = grad_gates.split_at_mut(h);
+    let (gf, rest) = rest.split_at_mut(h);
+    let (gg, go) = rest.split_at_mut(h);
+    let (i, rest) = ws.split_at(h);
+    let (f, rest) = rest.split_at(h);
+    let (g, o) = rest.split_at(h);
     for j in 0..h {
-        let (i, f, g, o) = (ws[j], ws[h + j], ws[2 * h + j], ws[3 * h + j]);
-        let t = cy[j].tanh();
+        let (i, f, g, o) = (i[j], f[j], g[j], o[j]);
+        let t = tanh(cy[j]);
         // The gradient reaching the cell state: through hy = o * tanh(cy), and directly.
         let grad_c = grad_hy[j] * o * (1.0 - t * t) + grad_cy[j];
-        grad_gates[j] = grad_c * g * i * (1.0 - i);
-        grad_gates[h + j] = grad_c * cx[j] * f * (1.0 - f);
-        grad_gates[2 * h + j] = grad_c * i * (1.0 - g * g);
-        grad_gates[3 * h + j] = grad_hy[j] * t * o * (1.0 - o);
+        gi[j] = grad_c * g * i * (1.0 - i);
+        gf[j] = grad_c * cx[j] * f * (1.0 - f);
+        gg[j] = grad_c * i * (1.0 - g * g);
+        go[j] = grad_hy[j] * t * o * (1.0 - o);
         grad_cx[j] = grad_c * f;
     }
 }
 // ANCHOR_END: lstm
 
+#[inline(always)]
 fn gru_forward(h: usize, out: &mut [Vec<f32>], x: &[Vec<f32>]) {
     let [hy, ws] = out else { return };
     let [ig, hg, hx, ib, hb] = x else { return };
@@ -75,12 +88,13 @@ fn gru_forward(h: usize, out: &mut [Vec<f32>], x: &[Vec<f32>]) {
         let r = sigmoid(ig[j] + ib[j] + hg[j] + hb[j]);
         let z = sigmoid(ig[h + j] + ib[h + j] + hg[h + j] + hb[h + j]);
         let hn = hg[2 * h + j] + hb[2 * h + j];
-        let n = (ig[2 * h + j] + ib[2 * h + j] + r * hn).tanh();
+        let n = tanh(ig[2 * h + j] + ib[2 * h + j] + r * hn);
         hy[j] = n + z * (hx[j] - n);
         (ws[j], ws[h + j], ws[2 * h + j], ws[3 * h + j], ws[4 * h + j]) = (r, z, n, hn, hx[j]);
     }
 }
 
+#[inline(always)]
 fn gru_backward(h: usize, out: &mut [Vec<f32>], x: &[Vec<f32>]) {
     let [grad_ig, grad_hg, grad_hx] = out else { return };
     let [grad_hy, ws] = x else { return };
@@ -93,6 +107,43 @@ fn gru_backward(h: usize, out: &mut [Vec<f32>], x: &[Vec<f32>]) {
         (grad_ig[j], grad_ig[h + j], grad_ig[2 * h + j]) = (grad_r, grad_z, grad_n);
         (grad_hg[j], grad_hg[h + j], grad_hg[2 * h + j]) = (grad_r, grad_z, grad_n * r);
         grad_hx[j] = g * z;
+    }
+}
+
+/// One row of `op`, compiled for the widest SIMD the CPU has.
+fn step(op: Cell, h: usize, out: &mut [Vec<f32>], x: &[Vec<f32>]) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use super::softmax::{Simd, simd};
+        // SAFETY: the CPU has the features (simd() asked it).
+        match simd() {
+            Simd::Avx512 => return unsafe { step_avx512(op, h, out, x) },
+            Simd::Avx2 => return unsafe { step_avx2(op, h, out, x) },
+            Simd::Baseline => {}
+        }
+    }
+    step_any(op, h, out, x)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx2,fma")]
+unsafe fn step_avx512(op: Cell, h: usize, out: &mut [Vec<f32>], x: &[Vec<f32>]) {
+    step_any(op, h, out, x)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn step_avx2(op: Cell, h: usize, out: &mut [Vec<f32>], x: &[Vec<f32>]) {
+    step_any(op, h, out, x)
+}
+
+#[inline(always)]
+fn step_any(op: Cell, h: usize, out: &mut [Vec<f32>], x: &[Vec<f32>]) {
+    match op {
+        Cell::LstmForward => lstm_forward(h, out, x),
+        Cell::LstmBackward => lstm_backward(h, out, x),
+        Cell::GruForward => gru_forward(h, out, x),
+        _ => gru_backward(h, out, x),
     }
 }
 
@@ -112,12 +163,6 @@ impl RnnCell {
     pub(crate) fn run(&self) {
         let (layout, outputs) = layout(self.op);
         let h = self.hidden;
-        let step: fn(usize, &mut [Vec<f32>], &[Vec<f32>]) = match self.op {
-            Cell::LstmForward => lstm_forward,
-            Cell::LstmBackward => lstm_backward,
-            Cell::GruForward => gru_forward,
-            _ => gru_backward,
-        };
         let parts = pool::threads().min((self.batch * h * 4).div_ceil(ROWS_PER_PART)).max(1);
         pool::run(parts, |p| {
             let mut rows: Vec<Vec<f32>> = layout.iter().map(|&(w, _)| vec![0.0; w * h]).collect();
@@ -136,7 +181,7 @@ impl RnnCell {
                     }
                 }
                 let (out, x) = rows.split_at_mut(outputs);
-                step(h, out, x);
+                step(self.op, h, out, x);
                 for (k, row) in out.iter().enumerate() {
                     let (ptr, dtype) = at(k);
                     // SAFETY: as above; parts write disjoint rows.
