@@ -74,7 +74,7 @@ def _sleep(ms: int) -> None:
 def fallback_counts() -> dict[str, int]:
     """How often each operator ran on the CPU instead of in an openreg kernel: through the
     boxed fallback (``"aten::atan2"``) or a kernel's host path for a dtype it does not
-    compute in (``"aten::add (Long)"``). ``OPENREG_WARN_FALLBACK=1`` also warns once for each."""
+    compute in (``"aten::mul (Long)"``). ``OPENREG_WARN_FALLBACK=1`` also warns once for each."""
     return dict(_C._fallback_counts())
 
 
