@@ -434,10 +434,12 @@ pub(crate) mod ffi {
             interval: i64,
             device: i64,
         ) -> Result<bool>;
-        /// `indices`: host values, already checked against `size` (see Embedding.cpp).
+        /// `indices`: host values, already checked against `size` (see Embedding.cpp); rows are
+        /// `inner` elements of `item` bytes, whatever the dtype.
         fn index_select(
             src: Dense,
             dst: Dense,
+            item: usize,
             indices: &[i64],
             outer: usize,
             size: usize,

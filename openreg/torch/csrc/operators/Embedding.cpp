@@ -50,8 +50,8 @@ at::Tensor& index_select_out(const at::Tensor& self, int64_t dim, const at::Tens
     (d < dim ? outer : inner) *= d == dim ? 1 : self.size(d);
   }
   call([&] {
-    index_select(dense(src), dense(dst), {indices.data(), indices.size()}, outer, size, inner,
-                 self.device().index());
+    index_select(dense(src), dense(dst), self.element_size(), {indices.data(), indices.size()},
+                 outer, size, inner, self.device().index());
   });
   if (!dst.is_same(out)) {
     out.copy_(dst);

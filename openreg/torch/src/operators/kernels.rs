@@ -603,12 +603,14 @@ fn checked_indices(indices: &[i64], size: usize) -> Result<Vec<usize>> {
 
 // ANCHOR: index_select
 /// Launches the row gather of `index_select` over contiguous `[outer, size, inner]` `src` into
-/// `[outer, indices, inner]` `dst` (any dtype: rows are bytes).
+/// `[outer, indices, inner]` `dst` (any dtype: rows are bytes, `item` per element).
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn index_select(
-    src: Dense, dst: Dense, indices: &[i64], outer: usize, size: usize, inner: usize, device: i64,
+    src: Dense, dst: Dense, item: usize, indices: &[i64], outer: usize, size: usize, inner: usize, device: i64,
 ) -> Result<()> {
-    let item = dtype::item_size(src.dtype).filter(|_| src.dtype == dst.dtype)
-        .ok_or_else(|| Failure::from(rt::Error::InvalidValue(format!("index_select of dtype code {}", src.dtype))))?;
+    if src.dtype != dst.dtype || item == 0 {
+        return Err(rt::Error::InvalidValue("index_select: operands of one dtype expected".into()).into());
+    }
     if src.numel != outer * size * inner || dst.numel != outer * indices.len() * inner {
         return Err(rt::Error::InvalidValue("index_select operands do not match their shapes".into()).into());
     }
