@@ -14,9 +14,12 @@ namespace {
 // ANCHOR: cat
 template <Variant kind>
 at::Tensor cat(const at::ITensorListRef& tensors, int64_t dim, const at::Tensor& given = {}) {
+  // The meta function does not compare devices; the message is the one every device gives.
   std::optional<c10::Device> common;
   for (const at::Tensor& t : tensors) {
-    c10::impl::check_and_update_common_device(common, t, "wrapper_PrivateUse1_cat", "tensors");
+    TORCH_CHECK(!common || t.device() == *common, "Expected all tensors to be on the same device, ",
+                "but found at least two devices, ", *common, " and ", t.device(), "!");
+    common = t.device();
   }
   Structured<at::meta::structured_cat, kind> s(given);
   const auto computed = s.meta(tensors, dim);
