@@ -90,18 +90,23 @@ def trainer(name, device):
 # ANCHOR_END: step
 
 
-def per_step(step, device, repeats=15):
-    sync = torch.openreg.synchronize if device == "openreg" else (lambda: None)
-    for _ in range(3):
-        step()
-    sync()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        step()
-        sync()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+def per_step(steps, rounds=5, warmup=2, repeats=5):
+    """The median time of a step per device. The devices take turns, a block of steps each, so
+    that a slow spell of this shared machine falls on both; each block starts with untimed
+    steps (the other device's threads are still winding down)."""
+    times = {device: [] for device in steps}
+    for _ in range(rounds):
+        for device, step in steps.items():
+            sync = torch.openreg.synchronize if device == "openreg" else (lambda: None)
+            for _ in range(warmup):
+                step()
+            sync()
+            for _ in range(repeats):
+                start = time.perf_counter()
+                step()
+                sync()
+                times[device].append(time.perf_counter() - start)
+    return {device: statistics.median(t) for device, t in times.items()}
 
 
 def fallbacks(step):
@@ -117,9 +122,8 @@ def fallbacks(step):
 def measure():
     out = {}
     for name in MODELS:
-        cpu, _ = trainer(name, "cpu")
-        dev, _ = trainer(name, "openreg")
-        out[name] = {"cpu": per_step(cpu, "cpu"), "openreg": per_step(dev, "openreg"), "fallback": fallbacks(dev)}
+        steps = {"cpu": trainer(name, "cpu")[0], "openreg": trainer(name, "openreg")[0]}
+        out[name] = {**per_step(steps), "fallback": fallbacks(steps["openreg"])}
     return out
 
 

@@ -34,6 +34,7 @@ fn main() {
         "csrc/operators/LossNLL.cpp",
         "csrc/operators/Convolution.cpp",
         "csrc/operators/RNN.cpp",
+        "csrc/operators/LSTM.cpp",
         "csrc/operators/Normalization.cpp",
         "csrc/operators/Pooling.cpp",
         "csrc/operators/PointwiseOps.cpp",

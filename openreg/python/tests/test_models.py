@@ -218,6 +218,90 @@ def test_recurrent_cells_with_states_and_empty_batches():
         torch.testing.assert_close(hy.cpu(), o.sigmoid() * c.tanh())
 
 
+# (input size, hidden size, layers, bidirectional, batch_first, bias, time, batch, initial state)
+LSTM_LAYERS = [
+    (4, 6, 1, False, False, True, 5, 3, True),
+    (4, 6, 2, True, True, True, 5, 3, True),
+    (7, 5, 3, False, True, True, 6, 2, False),
+    (3, 8, 2, True, False, False, 4, 3, True),
+    (4, 6, 2, True, False, True, 1, 1, True),  # one step, one sample
+    (1, 1, 1, False, False, True, 3, 2, True),  # one feature, one unit
+    (5, 9, 1, False, False, True, 33, 7, False),  # odd sizes, longer sequence
+]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("config", LSTM_LAYERS, ids=str)
+def test_lstm_layer_kernel_matches_cpu(config, device):
+    """nn.LSTM in float32 runs one autograd node per layer and direction (LSTM.cpp), not the
+    per-step composite: outputs, final states and every gradient against CPU, no fallback."""
+    inp, hidden, layers, bidirectional, batch_first, bias, time, batch, state = config
+    torch.manual_seed(0)
+    cpu = nn.LSTM(inp, hidden, layers, bias=bias, batch_first=batch_first, bidirectional=bidirectional)
+    dev = copy.deepcopy(cpu).to(device)
+    shape = (batch, time, inp) if batch_first else (time, batch, inp)
+    x = torch.randn(shape)
+    states = [torch.randn(layers * (2 if bidirectional else 1), batch, hidden) for _ in range(2)]
+    results = []
+    for model, where in [(cpu, "cpu"), (dev, device)]:
+        xs = x.detach().to(where).requires_grad_()
+        hs = [t.detach().to(where).requires_grad_() for t in states]
+        with NoFallback():
+            y, (hn, cn) = model(xs, tuple(hs)) if state else model(xs)
+            torch.manual_seed(1)
+            loss = sum((t * torch.randn(t.shape).to(where)).sum() for t in (y, hn, cn))
+            loss.backward()
+        results.append([y, hn, cn, xs.grad] + ([t.grad for t in hs] if state else [])
+                       + [p.grad for p in model.parameters()])
+        if where != "cpu":
+            names, todo = set(), [y.grad_fn]
+            while todo:
+                fn = todo.pop()
+                if fn is not None and fn.name() not in names:
+                    names.add(fn.name())
+                    todo.extend(f for f, _ in fn.next_functions)
+            assert any("LstmLayer" in n for n in names), names
+            assert not any("FusedLstm" in n or "Linear" in n for n in names), names
+    for expected, got in zip(*results):
+        torch.testing.assert_close(got.cpu(), expected, rtol=1e-4, atol=1e-5)
+
+
+def test_lstm_layer_kernel_other_paths():
+    """Non-contiguous input, an input that needs no gradient, no_grad and inference_mode,
+    dropout between layers, projections (PyTorch's composite), and double backward (refused)."""
+    torch.manual_seed(0)
+    cpu = nn.LSTM(4, 6, 2, bidirectional=True)
+    dev = copy.deepcopy(cpu).openreg()
+    x = torch.randn(3, 5, 4).transpose(0, 1)  # [5, 3, 4], not contiguous
+    expected = cpu(x)[0]
+    torch.testing.assert_close(dev(x.openreg())[0].cpu(), expected, rtol=1e-4, atol=1e-5)
+    dev(x.openreg())[0].sum().backward()
+    cpu(x)[0].sum().backward()
+    for p, q in zip(cpu.parameters(), dev.parameters()):
+        torch.testing.assert_close(q.grad.cpu(), p.grad, rtol=1e-4, atol=1e-5)
+    with torch.no_grad():
+        torch.testing.assert_close(dev(x.openreg())[0].cpu(), expected, rtol=1e-4, atol=1e-5)
+    with torch.inference_mode():
+        torch.testing.assert_close(dev(x.openreg())[0].cpu(), expected, rtol=1e-4, atol=1e-5)
+    # Dropout between layers: applied in training (outputs differ from eval), not in eval.
+    cpu_d = nn.LSTM(4, 6, 3, dropout=0.5)
+    dev_d = copy.deepcopy(cpu_d).openreg()
+    torch.testing.assert_close(dev_d.eval()(x.openreg())[0].cpu(), cpu_d.eval()(x)[0], rtol=1e-4, atol=1e-5)
+    y = dev_d.train()(x.openreg())[0]
+    y.sum().backward()
+    assert y.shape == (5, 3, 6) and not torch.allclose(y.cpu(), cpu_d(x)[0])
+    assert all(torch.isfinite(p.grad).all() for p in dev_d.parameters())
+    # Projections are not ours: PyTorch's per-step composite runs them, still like CPU.
+    cpu_p = nn.LSTM(4, 6, 2, proj_size=3)
+    dev_p = copy.deepcopy(cpu_p).openreg()
+    torch.testing.assert_close(dev_p(x.openreg())[0].cpu(), cpu_p(x)[0], rtol=1e-4, atol=1e-5)
+    # The layer's backward is not itself differentiable: a clear error, never a silent zero.
+    xs = x.openreg().requires_grad_()
+    (grad,) = torch.autograd.grad(dev(xs)[0].pow(2).sum(), xs, create_graph=True)
+    with pytest.raises(RuntimeError, match="does not require grad"):
+        grad.sum().backward()
+
+
 def test_recurrent_bad_input_raises_clear_errors():
     lstm = nn.LSTM(4, 6)
     x = torch.randn(5, 3, 4)

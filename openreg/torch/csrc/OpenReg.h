@@ -63,6 +63,7 @@ void register_softmax();
 void register_nll_loss();
 void register_convolution();
 void register_rnn_cells();
+void register_lstm();
 void register_normalization();
 void register_pooling();
 void register_compound_pointwise();

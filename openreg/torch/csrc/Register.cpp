@@ -39,6 +39,7 @@ void register_backend() {
     register_losses();
     register_optimizers();
     register_embedding();
+    register_lstm();
     register_tensor_shape();
     register_codegen_ops();
   }

@@ -13,7 +13,7 @@ use crate::error::last_error_kind;
 use crate::operators::fallback::record_fallback;
 use crate::operators::kernels::{
     embedding_backward, index_select, launch_abs_f32, launch_amp_unscale, launch_amp_update_scale, launch_convolution, launch_foreach, launch_fused_step,
-    launch_matmul, launch_norm, launch_pointwise, launch_pool2d, launch_reduction, launch_rnn_cell, launch_same_shape,
+    launch_lstm_layer, launch_matmul, launch_norm, launch_pointwise, launch_pool2d, launch_reduction, launch_rnn_cell, launch_same_shape,
     launch_softmax, nll_loss_backward, nll_loss_forward,
 };
 use crate::runtime::host_allocator::{
@@ -187,6 +187,16 @@ pub(crate) mod ffi {
         stride: [i64; 3],
         padding: [i64; 3],
         dilation: [i64; 3],
+    }
+
+    /// A whole LSTM layer's sizes, one direction (`kernels/lstm.rs`).
+    #[derive(Debug, Clone, Copy)]
+    struct LstmShape {
+        time: i64,
+        batch: i64,
+        input: i64,
+        hidden: i64,
+        reverse: bool,
     }
 
     /// A fused recurrent cell, forward or backward (`kernels/rnn.rs`).
@@ -401,6 +411,8 @@ pub(crate) mod ffi {
         ) -> Result<()>;
         /// `operands` in the order of `kernels/rnn.rs`'s `layout`; false if a dtype is not ours.
         fn launch_rnn_cell(op: Cell, operands: &[Dense], batch: i64, hidden: i64, device: i64) -> Result<bool>;
+        /// Contiguous float32 `operands` in `kernels/lstm.rs`'s order (an absent input: address 0).
+        fn launch_lstm_layer(backward: bool, shape: LstmShape, operands: &[Dense], device: i64) -> Result<()>;
         /// `operands` in `kernels/norm.rs`'s order; false if a dtype is not ours.
         fn launch_norm(op: Norm, shape: NormShape, operands: &[Dense], device: i64) -> Result<bool>;
         /// `operands` in `kernels/pooling.rs`'s order; false if a dtype is not ours.
