@@ -5,6 +5,7 @@
 
 
 use super::dtype::{self, Dtype};
+use super::math;
 use super::walk::Layout;
 use crate::ffi::ffi::Pointwise;
 
@@ -204,10 +205,10 @@ unsafe fn compute_any(op: Pointwise, [x, y]: [f32; 2], [a, b, c]: [*const f32; 3
             Pointwise::Copy => map1(n, a, o, |a| a),
             Pointwise::Neg => map1(n, a, o, |a| -a),
             Pointwise::Abs => map1(n, a, o, f32::abs),
-            Pointwise::Exp => map1(n, a, o, f32::exp),
+            Pointwise::Exp => map1(n, a, o, math::exp),
             Pointwise::Relu => map1(n, a, o, |a| if a > 0.0 || a.is_nan() { a } else { 0.0 }),
-            Pointwise::Sigmoid => map1(n, a, o, |a| 1.0 / (1.0 + (-a).exp())),
-            Pointwise::Tanh => map1(n, a, o, f32::tanh),
+            Pointwise::Sigmoid => map1(n, a, o, math::sigmoid),
+            Pointwise::Tanh => map1(n, a, o, math::tanh),
             Pointwise::Add if x == 1.0 => map2(n, a, b, o, |a, b| a + b),
             Pointwise::Add => map2(n, a, b, o, |a, b| a + x * b),
             Pointwise::Mul => map2(n, a, b, o, |a, b| a * b),
@@ -218,26 +219,17 @@ unsafe fn compute_any(op: Pointwise, [x, y]: [f32; 2], [a, b, c]: [*const f32; 3
             // self > threshold.
             Pointwise::ThresholdBackward => map2(n, a, b, o, |s, grad| if s <= x { 0.0 } else { grad }),
             // ANCHOR: activations
-            Pointwise::Silu => map1(n, a, o, |a| a / (1.0 + (-a).exp())),
-            Pointwise::Gelu if x == 0.0 => map1(n, a, o, |a| 0.5 * a * (1.0 + erf(a * FRAC_1_SQRT_2))),
-            Pointwise::Gelu => map1(n, a, o, |a| 0.5 * a * (1.0 + (SQRT_2_OVER_PI * (a + KAPPA * a * a * a)).tanh())),
+            Pointwise::Silu => map1(n, a, o, |a| a / (1.0 + math::exp(-a))),
+            Pointwise::Gelu if x == 0.0 => map1(n, a, o, gelu),
+            Pointwise::Gelu => map1(n, a, o, gelu_tanh),
             Pointwise::LeakyRelu => map1(n, a, o, |a| if a > 0.0 { a } else { a * x }),
             // The backwards take (grad, self), except leaky_relu's: its iterator lists self first.
             Pointwise::SiluBackward => map2(n, a, b, o, |grad, s| {
-                let sigmoid = 1.0 / (1.0 + (-s).exp());
+                let sigmoid = math::sigmoid(s);
                 grad * sigmoid * (1.0 + s * (1.0 - sigmoid))
             }),
-            Pointwise::GeluBackward if x == 0.0 => map2(n, a, b, o, |grad, s| {
-                let cdf = 0.5 * (1.0 + erf(s * FRAC_1_SQRT_2));
-                let pdf = (-0.5 * s * s).exp() * FRAC_1_SQRT_2PI;
-                grad * (cdf + s * pdf)
-            }),
-            Pointwise::GeluBackward => map2(n, a, b, o, |grad, s| {
-                let inner = SQRT_2_OVER_PI * (s + KAPPA * s * s * s);
-                let t = inner.tanh();
-                let d_inner = SQRT_2_OVER_PI * (1.0 + 3.0 * KAPPA * s * s);
-                grad * (0.5 * (1.0 + t) + 0.5 * s * (1.0 - t * t) * d_inner)
-            }),
+            Pointwise::GeluBackward if x == 0.0 => map2(n, a, b, o, gelu_backward),
+            Pointwise::GeluBackward => map2(n, a, b, o, gelu_tanh_backward),
             Pointwise::LeakyReluBackward => map2(n, a, b, o, |s, grad| if s > 0.0 { grad } else { grad * x }),
             // hardtanh clamps to [x, y] (NaN stays NaN); its gradient is zero at and beyond the bounds.
             Pointwise::Hardtanh => map1(n, a, o, |a| if a < x { x } else if a > y { y } else { a }),
@@ -267,12 +259,32 @@ const FRAC_1_SQRT_2PI: f32 = 0.398_942_3;
 const SQRT_2_OVER_PI: f32 = 0.797_884_6;
 const KAPPA: f32 = 0.044_715;
 
-/// The error function (the exact GELU needs it; Rust's std has none).
-fn erf(x: f32) -> f32 {
-    unsafe extern "C" {
-        fn erff(x: f32) -> f32; // C's libm, which the standard library links
-    }
-    unsafe { erff(x) }
+// The larger formulas are functions, not closures: a closure the compiler chooses not to
+// inline is compiled on its own, without the AVX features of the kernel it is written in;
+// an `#[inline(always)]` function is always compiled into it.
+#[inline(always)]
+fn gelu(a: f32) -> f32 {
+    0.5 * a * (1.0 + math::erf(a * FRAC_1_SQRT_2))
+}
+
+#[inline(always)]
+fn gelu_tanh(a: f32) -> f32 {
+    0.5 * a * (1.0 + math::tanh(SQRT_2_OVER_PI * (a + KAPPA * a * a * a)))
+}
+
+#[inline(always)]
+fn gelu_backward(grad: f32, s: f32) -> f32 {
+    let cdf = 0.5 * (1.0 + math::erf(s * FRAC_1_SQRT_2));
+    let pdf = math::exp(-0.5 * s * s) * FRAC_1_SQRT_2PI;
+    grad * (cdf + s * pdf)
+}
+
+#[inline(always)]
+fn gelu_tanh_backward(grad: f32, s: f32) -> f32 {
+    let inner = SQRT_2_OVER_PI * (s + KAPPA * s * s * s);
+    let t = math::tanh(inner);
+    let d_inner = SQRT_2_OVER_PI * (1.0 + 3.0 * KAPPA * s * s);
+    grad * (0.5 * (1.0 + t) + 0.5 * s * (1.0 - t * t) * d_inner)
 }
 
 /// `o[i] = f(a[i])`: generic, so `f` is inlined and the loop vectorised. In place (`o == a`)
@@ -283,10 +295,14 @@ unsafe fn map1(n: usize, a: *const f32, o: *mut f32, f: impl Fn(f32) -> f32) {
     unsafe {
         let out = std::slice::from_raw_parts_mut(o, n);
         if a == o.cast_const() {
-            out.iter_mut().for_each(|v| *v = f(*v));
+            for i in 0..n {
+                out[i] = f(out[i]);
+            }
         } else {
             let a = std::slice::from_raw_parts(a, n);
-            out.iter_mut().zip(a).for_each(|(o, &a)| *o = f(a));
+            for i in 0..n {
+                out[i] = f(a[i]);
+            }
         }
     }
 }
@@ -299,7 +315,9 @@ unsafe fn map3(n: usize, a: *const f32, b: *const f32, c: *const f32, o: *mut f3
             // the optimizers' in-place case, vectorised: the output is the first input
             let out = std::slice::from_raw_parts_mut(o, n);
             let (b, c) = (std::slice::from_raw_parts(b, n), std::slice::from_raw_parts(c, n));
-            out.iter_mut().zip(b.iter().zip(c)).for_each(|(v, (&b, &c))| *v = f(*v, b, c));
+            for i in 0..n {
+                out[i] = f(out[i], b[i], c[i]);
+            }
         } else {
             for i in 0..n {
                 *o.add(i) = f(*a.add(i), *b.add(i), *c.add(i));
@@ -315,18 +333,28 @@ unsafe fn map2(n: usize, a: *const f32, b: *const f32, o: *mut f32, f: impl Fn(f
         let out = std::slice::from_raw_parts_mut(o, n);
         let (a_is_o, b_is_o) = (a == o.cast_const(), b == o.cast_const());
         match (a_is_o, b_is_o) {
-            (true, true) => out.iter_mut().for_each(|v| *v = f(*v, *v)),
+            (true, true) => {
+                for i in 0..n {
+                    out[i] = f(out[i], out[i]);
+                }
+            }
             (true, false) => {
                 let b = std::slice::from_raw_parts(b, n);
-                out.iter_mut().zip(b).for_each(|(v, &b)| *v = f(*v, b));
+                for i in 0..n {
+                    out[i] = f(out[i], b[i]);
+                }
             }
             (false, true) => {
                 let a = std::slice::from_raw_parts(a, n);
-                out.iter_mut().zip(a).for_each(|(v, &a)| *v = f(a, *v));
+                for i in 0..n {
+                    out[i] = f(a[i], out[i]);
+                }
             }
             (false, false) => {
                 let (a, b) = (std::slice::from_raw_parts(a, n), std::slice::from_raw_parts(b, n));
-                out.iter_mut().zip(a.iter().zip(b)).for_each(|(o, (&a, &b))| *o = f(a, b));
+                for i in 0..n {
+                    out[i] = f(a[i], b[i]);
+                }
             }
         }
     }

@@ -19,6 +19,9 @@ use crate::ffi::ffi::Softmax;
 const BLOCK: usize = 256;
 /// Elements per parallel part, at least.
 const PARALLEL: usize = 1 << 15;
+/// Rows up to this long are done [`ROWS`] at a time, one row per SIMD lane.
+const SHORT: usize = 64;
+const ROWS: usize = 16;
 
 /// An operand: runtime-view address and dtype.
 pub(crate) type Operand = (usize, Dtype);
@@ -37,17 +40,28 @@ pub(crate) struct SoftmaxKernel {
 
 impl SoftmaxKernel {
     /// Runs on as many threads as the work is worth; a unit is one `(outer, lane block)` pair.
+    /// Short rows (`inner == 1`, `size <= SHORT`): a unit is `ROWS` rows.
     pub(crate) fn run(&self) {
-        let blocks = self.inner.div_ceil(BLOCK);
-        let units = self.outer * blocks;
-        let per_unit = self.size * self.inner.min(BLOCK);
+        let short = self.inner == 1 && self.size <= SHORT;
+        let (blocks, group) = if short { (1, ROWS) } else { (self.inner.div_ceil(BLOCK), 1) };
+        let units = self.outer.div_ceil(group) * blocks;
+        let per_unit = self.size * self.inner.min(BLOCK) * group;
         parallel_min(units, (PARALLEL / per_unit.max(1)).max(1), |start, count| {
+            // Zeroed once per part, not per row: for rows of 16, zeroing per row cost more
+            // than the softmax.
+            let mut scratch = Scratch { x: [[0.0; ROWS]; SHORT], y: [[0.0; ROWS]; SHORT], acc: [0.0; BLOCK], max: [0.0; BLOCK] };
             for u in start..start + count {
+                if short {
+                    let rows = ROWS.min(self.outer - u * ROWS);
+                    // SAFETY: as below.
+                    unsafe { self.unit_dispatch(u * ROWS, 0, rows, &mut scratch) };
+                    continue;
+                }
                 let (o, b) = (u / blocks, u % blocks);
                 let lanes = b * BLOCK..(b * BLOCK + BLOCK).min(self.inner);
                 // SAFETY: C++ checked each operand's `outer * size * inner` elements against
                 // its live allocation; units write disjoint elements.
-                unsafe { self.unit_dispatch(o, lanes.start, lanes.len()) };
+                unsafe { self.unit_dispatch(o, lanes.start, lanes.len(), &mut scratch) };
             }
         });
     }
@@ -67,40 +81,43 @@ impl SoftmaxKernel {
 
     // ANCHOR: dispatch
     /// Runs [`Self::unit`] compiled for the widest registers the CPU has (checked once).
-    unsafe fn unit_dispatch(&self, o: usize, lane: usize, n: usize) {
+    unsafe fn unit_dispatch(&self, o: usize, lane: usize, n: usize, scratch: &mut Scratch) {
         #[cfg(target_arch = "x86_64")]
         match simd() {
-            Simd::Avx512 => return unsafe { self.unit_avx512(o, lane, n) },
-            Simd::Avx2 => return unsafe { self.unit_avx2(o, lane, n) },
+            Simd::Avx512 => return unsafe { self.unit_avx512(o, lane, n, scratch) },
+            Simd::Avx2 => return unsafe { self.unit_avx2(o, lane, n, scratch) },
             Simd::Baseline => {}
         }
-        unsafe { self.unit(o, lane, n) }
+        unsafe { self.unit(o, lane, n, scratch) }
     }
 
     /// The same code as [`Self::unit`] (inlined here), compiled with 16-wide registers.
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx512f,avx2,fma")]
-    unsafe fn unit_avx512(&self, o: usize, lane: usize, n: usize) {
-        unsafe { self.unit(o, lane, n) }
+    unsafe fn unit_avx512(&self, o: usize, lane: usize, n: usize, scratch: &mut Scratch) {
+        unsafe { self.unit(o, lane, n, scratch) }
     }
 
     /// The same code as [`Self::unit`] (inlined here), compiled with 8-wide registers.
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2,fma")]
-    unsafe fn unit_avx2(&self, o: usize, lane: usize, n: usize) {
-        unsafe { self.unit(o, lane, n) }
+    unsafe fn unit_avx2(&self, o: usize, lane: usize, n: usize, scratch: &mut Scratch) {
+        unsafe { self.unit(o, lane, n, scratch) }
     }
     // ANCHOR_END: dispatch
 
     /// Lanes `lane..lane + n` of outer index `o`: every step along `size` reads `n` neighbours.
     /// When `inner` is 1 a lane is a whole row, read `BLOCK` elements at a time instead.
     #[inline(always)]
-    unsafe fn unit(&self, o: usize, lane: usize, n: usize) {
-        if self.inner == 1 {
-            return unsafe { self.row(o) };
+    unsafe fn unit(&self, o: usize, lane: usize, n: usize, scratch: &mut Scratch) {
+        if self.inner == 1 && self.size <= SHORT {
+            return unsafe { self.short_rows(o, n, scratch) };
         }
-        let (mut acc, mut x, mut y) = ([0f32; BLOCK], [0f32; BLOCK], [0f32; BLOCK]);
-        let (acc, x, y) = (&mut acc[..n], &mut x[..n], &mut y[..n]);
+        if self.inner == 1 {
+            return unsafe { self.row(o, scratch) };
+        }
+        let Scratch { acc, x, y, max } = scratch;
+        let (acc, x, y) = (&mut acc[..n], &mut x.as_flattened_mut()[..n], &mut y.as_flattened_mut()[..n]);
         let backward = matches!(self.op, Softmax::SoftmaxBackward | Softmax::LogSoftmaxBackward);
         unsafe {
             if backward {
@@ -124,8 +141,8 @@ impl SoftmaxKernel {
                 return;
             }
             let input = self.inputs[0];
-            let mut max = [f32::NEG_INFINITY; BLOCK];
             let max = &mut max[..n];
+            max.fill(f32::NEG_INFINITY);
             for d in 0..self.size {
                 for (m, &v) in max.iter_mut().zip(self.view(input, o, d, lane, x)) {
                     *m = nan_max(*m, v);
@@ -158,10 +175,77 @@ impl SoftmaxKernel {
         }
     }
 
+    // ANCHOR: short_rows
+    /// Rows `first..first + rows` (at most `ROWS`), each at most `SHORT` long, transposed so
+    /// that element `d` of row `r` sits at `d * ROWS + r`: every loop then runs along the
+    /// rows, one per SIMD lane, instead of along a row too short to fill a register.
+    #[inline(always)]
+    unsafe fn short_rows(&self, first: usize, rows: usize, scratch: &mut Scratch) {
+        let size = self.size;
+        let (x, y) = (&mut scratch.x[..size], &mut scratch.y[..size]);
+        let mut row = [0f32; SHORT];
+        let mut gather = |operand: Operand, t: &mut [[f32; ROWS]]| {
+            for r in 0..rows {
+                // SAFETY: the caller's (rows of the operand).
+                unsafe { self.load(operand, first + r, 0, 0, &mut row[..size]) };
+                for (t, &v) in t.iter_mut().zip(&row[..size]) {
+                    t[r] = v;
+                }
+            }
+        };
+        // Each loop below runs over the ROWS lanes of an element: a fixed-size array, so
+        // it has no bounds checks and is one AVX-512 instruction (two AVX2 ones) per step.
+        let mut acc = [0f32; ROWS];
+        if matches!(self.op, Softmax::SoftmaxBackward | Softmax::LogSoftmaxBackward) {
+            gather(self.inputs[0], x); // grad_output
+            gather(self.inputs[1], y); // output
+            for (g, out) in x.iter().zip(y.iter()) {
+                for r in 0..ROWS {
+                    acc[r] += if self.op == Softmax::SoftmaxBackward { g[r] * out[r] } else { g[r] };
+                }
+            }
+            for (g, out) in x.iter_mut().zip(y.iter()) {
+                for r in 0..ROWS {
+                    g[r] = backward_value(self.op, g[r], out[r], acc[r]);
+                }
+            }
+        } else {
+            gather(self.inputs[0], x);
+            let mut max = [f32::NEG_INFINITY; ROWS];
+            for v in x.iter() {
+                for r in 0..ROWS {
+                    max[r] = nan_max(max[r], v[r]);
+                }
+            }
+            for (v, e) in x.iter().zip(y.iter_mut()) {
+                for r in 0..ROWS {
+                    e[r] = math::exp(v[r] - max[r]);
+                    acc[r] += e[r];
+                }
+            }
+            for r in 0..ROWS {
+                acc[r] = if self.op == Softmax::LogSoftmax { max[r] + acc[r].ln() } else { 1.0 / acc[r] };
+            }
+            for (v, e) in x.iter_mut().zip(y.iter()) {
+                for r in 0..ROWS {
+                    v[r] = if self.op == Softmax::LogSoftmax { v[r] - acc[r] } else { e[r] * acc[r] };
+                }
+            }
+        }
+        for r in 0..rows {
+            for (v, t) in row.iter_mut().zip(x.iter()) {
+                *v = t[r];
+            }
+            // SAFETY: the caller's.
+            unsafe { self.store(first + r, 0, 0, &row[..size]) };
+        }
+    }
+    // ANCHOR_END: short_rows
+
     /// One contiguous row (`inner == 1`), in blocks along it.
     #[inline(always)]
-    unsafe fn row(&self, o: usize) {
-        let (mut x, mut y) = ([0f32; BLOCK], [0f32; BLOCK]);
+    unsafe fn row(&self, o: usize, scratch: &mut Scratch) {
+        let (x, y, short) = (scratch.x.as_flattened_mut(), scratch.y.as_flattened_mut(), &mut scratch.acc);
         let blocks = (0..self.size).step_by(BLOCK).map(|d| (d, (self.size - d).min(BLOCK)));
         let backward = matches!(self.op, Softmax::SoftmaxBackward | Softmax::LogSoftmaxBackward);
         unsafe {
@@ -216,7 +300,7 @@ impl SoftmaxKernel {
             // than used in a `with` closure: a closure is compiled on its own, without the
             // AVX features of the function it is written in.)
             let long_row = self.size > BLOCK;
-            let (mut short, mut long) = ([0f32; BLOCK], if long_row { ROW.take() } else { Vec::new() });
+            let mut long = if long_row { ROW.take() } else { Vec::new() };
             if long.len() < self.size && long_row {
                 long.resize(self.size, 0.0);
             }
@@ -256,6 +340,14 @@ impl SoftmaxKernel {
         }
         buf
     }
+}
+
+/// A part's working rows.
+struct Scratch {
+    x: [[f32; ROWS]; SHORT],
+    y: [[f32; ROWS]; SHORT],
+    acc: [f32; BLOCK],
+    max: [f32; BLOCK],
 }
 
 thread_local! {
@@ -302,7 +394,7 @@ fn sum_of(values: &[f32]) -> f32 {
             acc[i] += c[i];
         }
     }
-    acc.iter().sum::<f32>() + rest.iter().sum::<f32>()
+    tree(acc, |a, b| a + b) + rest.iter().sum::<f32>()
 }
 
 /// `sum(f(a[i], b[i]))`, in `LANES` partial sums.
@@ -317,7 +409,7 @@ fn sum_pairs(a: &[f32], b: &[f32], f: impl Fn(f32, f32) -> f32) -> f32 {
         }
     }
     let tail: f32 = ra.iter().zip(rb).map(|(&x, &y)| f(x, y)).sum();
-    acc.iter().sum::<f32>() + tail
+    tree(acc, |a, b| a + b) + tail
 }
 
 /// The maximum of `values` (NaN if any is), in `LANES` partial maxima.
@@ -331,7 +423,21 @@ fn max_of(values: &[f32]) -> f32 {
             acc[i] = nan_max(acc[i], c[i]);
         }
     }
-    rest.iter().chain(&acc).fold(f32::NEG_INFINITY, |m, &v| nan_max(m, v))
+    rest.iter().fold(tree(acc, nan_max), |m, &v| nan_max(m, v))
+}
+
+/// Combines the lanes pairwise, halving their number each time (a few shuffles); adding them
+/// in a row would be a chain of 16 dependent additions, which dominated rows of 16.
+#[inline(always)]
+fn tree(mut acc: [f32; LANES], f: impl Fn(f32, f32) -> f32) -> f32 {
+    let mut width = LANES;
+    while width > 1 {
+        width /= 2;
+        for i in 0..width {
+            acc[i] = f(acc[i], acc[i + width]);
+        }
+    }
+    acc[0]
 }
 // ANCHOR_END: lanes
 
