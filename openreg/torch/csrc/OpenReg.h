@@ -45,6 +45,9 @@ void resize_storage_bytes(const c10::Storage& storage, size_t nbytes);
 // Minimal.cpp: a CPU tensor over the same bytes (through the runtime's view for device
 // tensors, after waiting for the current stream).
 at::Tensor host_alias(const at::Tensor& t);
+// SoftMax.cpp: softmax over the last dimension of contiguous float32 `scores`, writing each
+// row's log-sum-exp (max + log(sum(exp))) into `lse` on the way (attention's forward).
+at::Tensor softmax_with_lse(const at::Tensor& scores, const at::Tensor& lse);
 // HostAllocator.cpp
 at::HostAllocator* host_allocator();
 // Guard.cpp, Hooks.cpp, Minimal.cpp, Fallback.cpp

@@ -390,10 +390,12 @@ pub(crate) mod ffi {
             device: i64,
         ) -> Result<()>;
 
+        /// `lse`: absent (address 0), or softmax's `[outer, inner]` log-sum-exp (float32) to write.
         fn launch_softmax(
             op: Softmax,
             out: Dense,
             inputs: &[Dense],
+            lse: Dense,
             outer: i64,
             size: i64,
             inner: i64,

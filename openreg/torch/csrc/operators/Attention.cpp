@@ -8,7 +8,7 @@
 #include <ATen/core/Tensor.h>
 #include <ATen/native/transformers/attention.h>
 #include <ATen/ops/empty.h>
-#include <ATen/ops/amax.h>
+#include <ATen/ops/_softmax_backward_data.h>
 #include <ATen/ops/matmul.h>
 #include <ATen/ops/ones.h>
 #include <ATen/ops/where.h>
@@ -65,13 +65,13 @@ attention_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                   bool return_debug_mask, std::optional<double> scale) {
   TORCH_CHECK(dropout_p == 0.0, "openreg's fused attention has no dropout; got dropout_p=",
               dropout_p, " (torch.nn.functional.scaled_dot_product_attention uses the math path)");
-  const at::Tensor s = scores(q, k, bias, is_causal, scale_of(q, scale));
-  // Per query row, the softmax's normaliser log Σ exp(s): from the row's maximum, in device
-  // operators (at::logsumexp would add a mask for infinite maxima, which reaches the fallback;
-  // a row masked entirely gives NaN here, as the math path's softmax does).
-  const at::Tensor max = at::amax(s, -1, true);
-  at::Tensor lse = s.sub(max).exp_().sum(-1).log_().add_(max.squeeze(-1));
-  at::Tensor p = s.sub(lse.unsqueeze(-1)).exp_();
+  const at::Tensor s = scores(q, k, bias, is_causal, scale_of(q, scale)).contiguous();
+  // The probabilities and, per query row, the softmax's normaliser log Σ exp(s) (which the
+  // backward gets back): one pass of the softmax kernel, which has both on the way. A row
+  // masked entirely gives NaN, as the math path's softmax does.
+  const auto sizes = s.sizes();
+  at::Tensor lse = at::empty(sizes.slice(0, sizes.size() - 1), s.options());
+  at::Tensor p = softmax_with_lse(s, lse);
   at::Tensor out = at::matmul(p, v.to(at::kFloat)).to(q.scalar_type());
   const auto seed_options = at::TensorOptions().dtype(at::kLong);
   at::Tensor debug = return_debug_mask ? p : at::empty({0}, q.options());
@@ -95,10 +95,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> attention_backward(
   const at::Tensor p = s.sub(lse.unsqueeze(-1)).exp_();  // the forward's probabilities
   const at::Tensor d_out = grad_out.to(at::kFloat);
   const at::Tensor qf = q.to(at::kFloat), kf = k.to(at::kFloat), vf = v.to(at::kFloat);
-  // dS = P * (dP - rowsum(dO * O)), with dP = dO V^T.
+  // dS = P * (dP - rowsum(dP * P)), with dP = dO V^T: softmax's own backward, one kernel.
   const at::Tensor d_p = at::matmul(d_out, vf.transpose(-2, -1));
-  const at::Tensor row = d_out.mul(out.to(at::kFloat)).sum(-1, true);
-  const at::Tensor d_s = p.mul(d_p.sub(row));
+  const at::Tensor d_s = at::_softmax_backward_data(d_p, p, -1, at::kFloat);
   at::Tensor gq, gk, gv, gb;
   if (mask[0]) gq = at::matmul(d_s, kf).mul_(sc).to(q.scalar_type());
   if (mask[1]) gk = at::matmul(d_s.transpose(-2, -1), qf).mul_(sc).to(k.scalar_type());

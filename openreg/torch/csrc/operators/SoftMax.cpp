@@ -16,6 +16,8 @@
 #include <c10/core/WrapDimMinimal.h>
 #include <torch/library.h>
 
+#include <limits>
+
 namespace openreg {
 namespace {
 
@@ -44,8 +46,8 @@ bool run_softmax(Softmax op, const at::Tensor& out, std::initializer_list<at::Te
     operands.push_back(dense(contiguous.back()));
   }
   const bool done = call([&] {
-    return launch_softmax(op, dense(result), {operands.data(), operands.size()}, outer, size,
-                          inner, out.device().index());
+    return launch_softmax(op, dense(result), {operands.data(), operands.size()},
+                          dense(at::Tensor()), outer, size, inner, out.device().index());
   });
   if (done && !result.is_same(out)) {
     out.copy_(result);
@@ -173,6 +175,27 @@ at::Tensor& softmax_backward_out(const at::Tensor& grad_output, const at::Tensor
 }
 
 } // namespace
+
+// ANCHOR: softmax_lse
+at::Tensor softmax_with_lse(const at::Tensor& scores, const at::Tensor& lse) {
+  TORCH_CHECK(scores.scalar_type() == at::kFloat && scores.is_contiguous() && scores.dim() > 0 &&
+                  lse.scalar_type() == at::kFloat && lse.is_contiguous() &&
+                  lse.numel() * scores.size(-1) == scores.numel(),
+              "softmax_with_lse: expected contiguous float32 scores and one lse per row, got ",
+              scores.sizes(), " and ", lse.sizes());
+  at::Tensor p = at::empty(scores.sizes(), scores.options());
+  if (scores.size(-1) == 0) {
+    lse.fill_(-std::numeric_limits<double>::infinity());  // the log of an empty sum
+    return p;
+  }
+  const Dense input = dense(scores);
+  call([&] {
+    return launch_softmax(Softmax::Softmax, dense(p), {&input, 1}, dense(lse),
+                          lse.numel(), scores.size(-1), 1, scores.device().index());
+  });
+  return p;
+}
+// ANCHOR_END: softmax_lse
 
 void register_softmax() {
   static torch::Library library(torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1,

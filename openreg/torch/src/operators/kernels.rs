@@ -300,9 +300,12 @@ fn dense(t: &Dense, dtype: Dtype) -> Result<usize> {
 
 // ANCHOR: launch_softmax
 /// Launches a softmax-family kernel along the middle dimension of `[outer, size, inner]`
-/// contiguous operands (`inputs`: the input, or grad_output and output). False, having done
-/// nothing, if one of the dtypes is not float32, float16 or bfloat16.
-pub(crate) fn launch_softmax(op: Softmax, out: Dense, inputs: &[Dense], outer: i64, size: i64, inner: i64, device: i64) -> Result<bool> {
+/// contiguous operands (`inputs`: the input, or grad_output and output). Softmax also writes
+/// each row's log-sum-exp to `lse` if it is given (attention keeps it for its backward). False,
+/// having done nothing, if one of the dtypes is not float32, float16 or bfloat16.
+pub(crate) fn launch_softmax(
+    op: Softmax, out: Dense, inputs: &[Dense], lse: Dense, outer: i64, size: i64, inner: i64, device: i64,
+) -> Result<bool> {
     let [outer, size, inner] = [outer, size, inner].map(|v| v.max(0) as usize);
     let n = outer * size * inner;
     let mut slots = Vec::with_capacity(1 + inputs.len());
@@ -313,10 +316,17 @@ pub(crate) fn launch_softmax(op: Softmax, out: Dense, inputs: &[Dense], outer: i
         }
         slots.push((dense(t, dtype)?, dtype));
     }
+    let lse = match lse.data {
+        0 => 0,
+        _ if op == Softmax::Softmax && Dtype::from_code(lse.dtype) == Some(Dtype::Float) && lse.numel == outer * inner => {
+            dense(&lse, Dtype::Float)?
+        }
+        _ => return Err(rt::Error::InvalidValue(format!("softmax's lse must be {} float32 elements", outer * inner)).into()),
+    };
     if n == 0 {
         return Ok(true);
     }
-    let work = softmax::SoftmaxKernel { op, out: slots[0], inputs: slots.split_off(1), outer, size, inner };
+    let work = softmax::SoftmaxKernel { op, out: slots[0], inputs: slots.split_off(1), lse, outer, size, inner };
     launch(device, n, move || work.run())?;
     Ok(true)
 }

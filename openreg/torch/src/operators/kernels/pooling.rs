@@ -89,15 +89,18 @@ impl Pooling {
                     if !backward {
                         let (out, input) = (self.float(0), self.float(self.slots.len() - 1));
                         let x = read(input, plane * ip, ip, &mut a);
-                        let mut indices = Vec::new();
                         write(out, plane * op, op, &mut b, |y| {
+                            if self.op == Pool2d::MaxForward {
+                                let indices = std::slice::from_raw_parts_mut((self.slots[1].0 as *mut i64).add(plane * op), op);
+                                for (r, (wr, _)) in rows.iter().enumerate() {
+                                    let at = r * ow..(r + 1) * ow;
+                                    self.max_row(x, iw, wr, &cols, &mut y[at.clone()], &mut indices[at]);
+                                }
+                                return;
+                            }
                             for (r, (wr, cr)) in rows.iter().enumerate() {
                                 for (c, (wc, cc)) in cols.iter().enumerate() {
-                                    y[r * ow + c] = if self.op == Pool2d::MaxForward {
-                                        let (v, at) = max_window(x, iw, wr, wc);
-                                        indices.push(at as i64);
-                                        v
-                                    } else {
+                                    y[r * ow + c] = {
                                         let mut total = 0.0f32;
                                         for h in (wr.start..wr.end).step_by(wr.step) {
                                             total += x[h * iw + wc.start..h * iw + wc.end].iter().sum::<f32>();
@@ -107,10 +110,6 @@ impl Pooling {
                                 }
                             }
                         });
-                        if self.op == Pool2d::MaxForward {
-                            let dst = (self.slots[1].0 as *mut i64).add(plane * op);
-                            std::ptr::copy_nonoverlapping(indices.as_ptr(), dst, op);
-                        }
                     } else {
                         let (grad_input, grad_out) = (self.float(0), self.float(1));
                         let dy = read(grad_out, plane * op, op, &mut a);
@@ -142,6 +141,55 @@ impl Pooling {
             }
         });
     }
+
+    // ANCHOR: max_row
+    /// One output row of a max pool over input rows `wr`. Columns whose window lies inside
+    /// the input (all but a few at the edges) take their taps in the same order as
+    /// [`max_window`], but a tap at a time across all those columns: one short loop per tap
+    /// instead of a window walk per output. Edge columns take [`max_window`].
+    fn max_row(&self, x: &[f32], iw: usize, wr: &Window, cols: &[(Window, usize)], y: &mut [f32], indices: &mut [i64]) {
+        let s = &self.shape;
+        let (k, stride, pad, dil) = (s.kernel[1], s.stride[1], s.padding[1], s.dilation[1]);
+        let ow = y.len();
+        // Interior: c * stride - pad >= 0 and c * stride - pad + (k - 1) * dil < iw.
+        let lo = ((pad + stride - 1) / stride).clamp(0, ow as i64) as usize;
+        let last = iw as i64 - 1 + pad - (k - 1) * dil;
+        let hi = if last < 0 { lo } else { (last / stride + 1).clamp(lo as i64, ow as i64) as usize };
+        for c in (0..lo).chain(hi..ow) {
+            let (v, at) = max_window(x, iw, wr, &cols[c].0);
+            (y[c], indices[c]) = (v, at as i64);
+        }
+        let (y, indices) = (&mut y[lo..hi], &mut indices[lo..hi]);
+        let (stride, dil) = (stride as usize, dil as usize);
+        let first = |c: usize| (lo + c) * stride - pad as usize; // the window's first column
+        for (c, (y, at)) in y.iter_mut().zip(indices.iter_mut()).enumerate() {
+            (*y, *at) = (f32::NEG_INFINITY, (wr.start * iw + first(c)) as i64);
+        }
+        for h in (wr.start..wr.end).step_by(wr.step) {
+            let row = &x[h * iw..(h + 1) * iw];
+            for tap in 0..k as usize {
+                let start = first(0) + tap * dil;
+                let at_of = |c: usize| (h * iw + start + c * stride) as i64;
+                if stride == 1 {
+                    // Neighbouring outputs read neighbouring inputs: slices, no bounds checks.
+                    let taps = &row[start..start + y.len()];
+                    for (c, (&v, (y, at))) in taps.iter().zip(y.iter_mut().zip(indices.iter_mut())).enumerate() {
+                        if v > *y || v.is_nan() {
+                            (*y, *at) = (v, at_of(c));
+                        }
+                    }
+                    continue;
+                }
+                for (c, (y, at)) in y.iter_mut().zip(indices.iter_mut()).enumerate() {
+                    let v = row[start + c * stride];
+                    if v > *y || v.is_nan() {
+                        (*y, *at) = (v, at_of(c));
+                    }
+                }
+            }
+        }
+    }
+    // ANCHOR_END: max_row
 
     fn float(&self, k: usize) -> (usize, Dtype) {
         (self.slots[k].0, self.slots[k].1.unwrap_or(Dtype::Float))

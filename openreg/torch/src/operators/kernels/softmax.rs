@@ -33,6 +33,8 @@ pub(crate) struct SoftmaxKernel {
     pub out: Operand,
     /// Forward: `[input]`; backward: `[grad_output, output]`.
     pub inputs: Vec<Operand>,
+    /// Softmax only: where to write each row's `max + ln(sum)` (`[outer, inner]` float32), or 0.
+    pub lse: usize,
     pub outer: usize,
     pub size: usize,
     pub inner: usize,
@@ -155,6 +157,7 @@ impl SoftmaxKernel {
                     acc[i] += math::exp(values[i] - max[i]);
                 }
             }
+            self.write_lse(o * self.inner + lane, max, acc);
             // Per lane, once: log-softmax subtracts `max + ln(sum)`, softmax multiplies by 1/sum.
             for i in 0..n {
                 acc[i] = if self.op == Softmax::LogSoftmax { max[i] + acc[i].ln() } else { 1.0 / acc[i] };
@@ -223,6 +226,7 @@ impl SoftmaxKernel {
                     acc[r] += e[r];
                 }
             }
+            self.write_lse(first, &max[..rows], &acc[..rows]);
             for r in 0..ROWS {
                 acc[r] = if self.op == Softmax::LogSoftmax { max[r] + acc[r].ln() } else { 1.0 / acc[r] };
             }
@@ -315,6 +319,7 @@ impl SoftmaxKernel {
                 }
                 sum += sum_of(e);
             }
+            self.write_lse(o, &[max], &[sum]);
             let scale = 1.0 / sum;
             for (d, n) in blocks {
                 for (v, &e) in x[..n].iter_mut().zip(&e[d..d + n]) {
@@ -324,6 +329,18 @@ impl SoftmaxKernel {
             }
             if long_row {
                 ROW.set(long);
+            }
+        }
+    }
+
+    /// `lse[first..]` = `max + ln(sum)` per row or lane, if asked for.
+    #[inline(always)]
+    fn write_lse(&self, first: usize, max: &[f32], sum: &[f32]) {
+        if self.lse != 0 {
+            // SAFETY: the launch checked `outer * inner` float32 elements at `lse`.
+            let lse = unsafe { std::slice::from_raw_parts_mut((self.lse as *mut f32).add(first), max.len()) };
+            for ((l, &m), &s) in lse.iter_mut().zip(max).zip(sum) {
+                *l = m + s.ln();
             }
         }
     }
@@ -461,6 +478,7 @@ mod tests {
     fn run(op: Softmax, outer: usize, size: usize, inner: usize, inputs: &[&[f32]]) -> Vec<f32> {
         let mut out = vec![0f32; outer * size * inner];
         let kernel = SoftmaxKernel {
+            lse: 0,
             op,
             out: (out.as_mut_ptr() as usize, Dtype::Float),
             inputs: inputs.iter().map(|x| (x.as_ptr() as usize, Dtype::Float)).collect(),
