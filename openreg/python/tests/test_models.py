@@ -302,6 +302,61 @@ def test_lstm_layer_kernel_other_paths():
         grad.sum().backward()
 
 
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_dropout_runs_on_the_device(dtype, device):
+    """native_dropout and its backward in the Rust kernel: the share kept, kept values scaled,
+    the gradient through the same mask, reproducible from the device's seed, no fallback."""
+    torch.manual_seed(0)
+    x = torch.randn(300, 333).to(dtype)
+    x[0, :4] = torch.tensor([float("nan"), float("inf"), 0.0, -1.0])
+    d = x.to(device).requires_grad_()
+    torch.openreg.manual_seed_all(7)  # each device has its generator
+    with NoFallback():
+        y, mask = torch.native_dropout(d, 0.3, True)
+        y.backward(torch.ones_like(y))
+        torch.openreg.manual_seed_all(7)
+        again = F.dropout(d, 0.3, training=True)
+        other = F.dropout(d, 0.3, training=True)
+    mask = mask.cpu()
+    assert mask.dtype == torch.bool and abs(mask.float().mean().item() - 0.7) < 0.01
+    # As CPU computes it, input * mask / keep: NaN stays NaN, an infinity dropped is NaN.
+    expected = x.float() * mask / 0.7
+    torch.testing.assert_close(y.detach().cpu().float(), expected, equal_nan=True, **TOL[dtype])
+    torch.testing.assert_close(d.grad.cpu().float(), mask.float() / 0.7, **TOL[dtype])
+    assert torch.equal(again.detach().cpu().isnan(), y.detach().cpu().isnan())
+    torch.testing.assert_close(again.detach().cpu(), y.detach().cpu(), equal_nan=True, rtol=0, atol=0)
+    assert not torch.equal(other.detach().cpu() != 0, again.detach().cpu() != 0)
+    # No dropout in eval, none at p=0, everything at p=1; an empty tensor.
+    torch.testing.assert_close(F.dropout(d, 0.3, training=False).detach().cpu(), x, equal_nan=True, rtol=0, atol=0)
+    torch.testing.assert_close(F.dropout(d, 0.0, training=True).detach().cpu(), x, equal_nan=True, rtol=0, atol=0)
+    assert not F.dropout(d, 1.0, training=True).detach().cpu().nan_to_num().any()
+    assert F.dropout(torch.empty(0, 3, dtype=dtype, device=device), 0.5).shape == (0, 3)
+
+
+def test_dropout_trains_a_transformer_and_refuses_graph_capture():
+    torch.manual_seed(0)
+    layer = nn.TransformerEncoderLayer(32, 4, 64, batch_first=True).openreg()  # dropout 0.1
+    opt = torch.optim.AdamW(layer.parameters())
+    x = torch.randn(4, 8, 32).openreg()
+    with NoFallback("dropout", "bernoulli"):
+        for _ in range(2):
+            opt.zero_grad()
+            layer(x).square().mean().backward()
+            opt.step()
+    torch.openreg.synchronize()
+    assert all(torch.isfinite(p).all() for p in layer.parameters())
+    # A captured dropout would replay the same mask: the capture is refused, the stream works.
+    side, graph = torch.Stream(device="openreg"), torch.accelerator.Graph()
+    with side:
+        graph.capture_begin()
+        with pytest.raises(RuntimeError, match="dropout .a replay would repeat its random numbers"):
+            F.dropout(x, 0.5)
+        with pytest.raises(RuntimeError, match="the capture failed"):
+            graph.capture_end()
+    side.synchronize()
+
+
 def test_recurrent_bad_input_raises_clear_errors():
     lstm = nn.LSTM(4, 6)
     x = torch.randn(5, 3, 4)

@@ -12,7 +12,7 @@ use crate::runtime::device::{
 use crate::error::last_error_kind;
 use crate::operators::fallback::record_fallback;
 use crate::operators::kernels::{
-    embedding_backward, index_select, launch_abs_f32, launch_amp_unscale, launch_amp_update_scale, launch_convolution, launch_foreach, launch_fused_step,
+    embedding_backward, index_select, launch_abs_f32, launch_amp_unscale, launch_dropout, launch_amp_update_scale, launch_convolution, launch_foreach, launch_fused_step,
     launch_lstm_layer, launch_matmul, launch_norm, launch_pointwise, launch_pool2d, launch_reduction, launch_rnn_cell, launch_same_shape,
     launch_softmax, nll_loss_backward, nll_loss_forward,
 };
@@ -415,6 +415,18 @@ pub(crate) mod ffi {
         fn launch_rnn_cell(op: Cell, operands: &[Dense], batch: i64, hidden: i64, device: i64) -> Result<bool>;
         /// Contiguous float32 `operands` in `kernels/lstm.rs`'s order (an absent input: address 0).
         fn launch_lstm_layer(backward: bool, shape: LstmShape, operands: &[Dense], device: i64) -> Result<()>;
+        /// Contiguous operands, `mask` bool; false if a dtype is not ours (`kernels/dropout.rs`).
+        #[allow(clippy::too_many_arguments)]
+        fn launch_dropout(
+            backward: bool,
+            seed: u64,
+            keep: f64,
+            scale: f64,
+            out: Dense,
+            input: Dense,
+            mask: Dense,
+            device: i64,
+        ) -> Result<bool>;
         /// `operands` in `kernels/norm.rs`'s order; false if a dtype is not ours.
         fn launch_norm(op: Norm, shape: NormShape, operands: &[Dense], device: i64) -> Result<bool>;
         /// `operands` in `kernels/pooling.rs`'s order; false if a dtype is not ours.

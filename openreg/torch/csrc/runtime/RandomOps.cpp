@@ -1,8 +1,9 @@
 // Random operators whose schema has no Generator argument. Through the CPU fallback their
 // CPU kernel would draw from the *CPU's* default generator, so seeding torch.openreg would
-// not make them reproducible. Composing them from operators that take a generator fixes that.
+// not make them reproducible: they draw from this device's generator instead.
 
-#include "OpenReg.h"
+#include "operators/Structured.h"
+#include "runtime/Generator.h"
 
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty_like.h>
@@ -13,9 +14,18 @@
 namespace openreg {
 namespace {
 
+// One 64-bit draw from a device's default generator: the seed of a counter-based kernel.
+uint64_t draw_seed(c10::DeviceIndex device) {
+  at::Generator host = default_generator(device).get<OpenRegGeneratorImpl>()->host();  // shares the state
+  std::lock_guard<std::mutex> lock(host.mutex());
+  return at::check_generator<at::CPUGeneratorImpl>(host)->random64();
+}
+
 // ANCHOR: native_dropout
-// Dropout's kernel (the CPU one, in effect) with the mask drawn by bernoulli_, which the
-// fallback runs with this device's generator.
+// Dropout's mask and output in one Rust kernel (float32, float16, bfloat16); its random
+// numbers come from one 64-bit draw of this device's generator per call. Other dtypes: the
+// CPU kernel's composition, with the mask drawn by bernoulli_, which the fallback runs with
+// this device's generator.
 std::tuple<at::Tensor, at::Tensor> native_dropout(const at::Tensor& input, double p,
                                                   std::optional<bool> train) {
   const auto bool_options = input.options().dtype(at::kBool);
@@ -26,10 +36,34 @@ std::tuple<at::Tensor, at::Tensor> native_dropout(const at::Tensor& input, doubl
     return {at::zeros_like(input), at::zeros_like(input, bool_options)};
   }
   const double keep = 1.0 - p;
-  at::Tensor mask = at::empty_like(input, bool_options).bernoulli_(keep);
-  at::Tensor output = input.mul(mask).mul_(1.0 / keep);
-  return {output, mask};
+  const at::Tensor x = input.contiguous();
+  at::Tensor output = at::empty_like(x, at::MemoryFormat::Contiguous);
+  at::Tensor mask = at::empty_like(x, bool_options, at::MemoryFormat::Contiguous);
+  const bool done = call([&] {
+    return launch_dropout(false, draw_seed(x.device().index()), keep, 1.0 / keep, dense(output),
+                          dense(x), dense(mask), x.device().index());
+  });
+  if (done) {
+    return {output, mask};
+  }
+  mask.bernoulli_(keep);
+  return {input.mul(mask).mul_(1.0 / keep), mask};
 }
+
+at::Tensor native_dropout_backward(const at::Tensor& grad, const at::Tensor& mask, double scale) {
+  check_devices("native_dropout_backward", {{"grad_output", &grad}, {"mask", &mask}});
+  TORCH_CHECK(mask.scalar_type() == at::kBool && mask.sizes() == grad.sizes(),
+              "native_dropout_backward: expected a bool mask of the gradient's size ",
+              grad.sizes(), ", got ", mask.scalar_type(), " of size ", mask.sizes());
+  const at::Tensor g = grad.contiguous(), m = mask.contiguous();
+  at::Tensor out = at::empty_like(g, at::MemoryFormat::Contiguous);
+  const bool done = call([&] {
+    return launch_dropout(true, 0, 1.0, scale, dense(out), dense(g), dense(m),
+                          g.device().index());
+  });
+  return done ? out : grad.mul(mask).mul_(scale);
+}
+// ANCHOR_END: native_dropout
 // ANCHOR_END: native_dropout
 
 } // namespace
@@ -39,6 +73,7 @@ void register_random_ops() {
                                 __FILE__, __LINE__);
   static bool registered = [] {
     library.impl("native_dropout", TORCH_FN(native_dropout));
+    library.impl("native_dropout_backward", TORCH_FN(native_dropout_backward));
     return true;
   }();
   (void)registered;

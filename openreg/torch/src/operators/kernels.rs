@@ -4,6 +4,7 @@
 //! the work is small: a thread hop would cost more than the kernel).
 
 mod conv;
+mod dropout;
 mod dtype;
 mod elementwise;
 mod embedding;
@@ -423,6 +424,37 @@ pub(crate) fn launch_lstm_layer(backward: bool, shape: LstmShape, operands: &[De
     }
     let work = lstm::Layer { shape, backward, at };
     launch(device, time * batch * hidden * 4 * (input + hidden), move || work.run())
+}
+
+/// Launches dropout forward (`mask` written, `out = input * mask * scale`) or backward
+/// (`mask` read, `out = grad * mask * scale`) over `n` contiguous elements; `mask` is bool.
+/// False, having done nothing, if a dtype is not float32, float16 or bfloat16.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn launch_dropout(
+    backward: bool, seed: u64, keep: f64, scale: f64, out: Dense, input: Dense, mask: Dense, device: i64,
+) -> Result<bool> {
+    const BOOL: i8 = 11; // c10::ScalarType::Bool
+    let (Some(out_dtype), Some(in_dtype)) = (Dtype::from_code(out.dtype), Dtype::from_code(input.dtype)) else {
+        return Ok(false);
+    };
+    let n = out.numel;
+    if input.numel != n || mask.numel != n || mask.dtype != BOOL {
+        return Err(rt::Error::InvalidValue(format!("dropout: {n} elements and a bool mask of as many expected")).into());
+    }
+    let stream = rt::current_stream(device)?;
+    // A replay would draw the same numbers again: refused, as CUDA graphs refuse an
+    // unregistered generator.
+    rt::graph::check_not_capturing("dropout (a replay would repeat its random numbers)", Some(stream))?;
+    let work = dropout::Dropout {
+        backward, seed, keep: keep as f32, scale: scale as f32, n,
+        out: (dense(&out, out_dtype)?, out_dtype),
+        input: (dense(&input, in_dtype)?, in_dtype),
+        mask: view(mask.data, n, &[mask.storage, mask.storage_len])?,
+    };
+    if n > 0 {
+        launch(device, n, move || work.run())?;
+    }
+    Ok(true)
 }
 
 // ANCHOR: launch_norm
