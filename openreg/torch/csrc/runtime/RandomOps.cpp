@@ -61,7 +61,7 @@ at::Tensor native_dropout_backward(const at::Tensor& grad, const at::Tensor& mas
     return launch_dropout(true, 0, 1.0, scale, dense(out), dense(g), dense(m),
                           g.device().index());
   });
-  return done ? out : grad.mul(mask).mul_(scale);
+  return done ? out : grad.mul(mask).mul(scale);  // CPU's formula and its types (bool * double is float)
 }
 // ANCHOR_END: native_dropout
 // ANCHOR_END: native_dropout
