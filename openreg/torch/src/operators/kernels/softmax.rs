@@ -283,19 +283,16 @@ impl SoftmaxKernel {
                 // x - max - ln(sum): the exponentials are only summed.
                 let mut sum = 0f32;
                 for (d, n) in blocks.clone() {
-                    let values = self.view(input, o, d, 0, &mut y[..n]);
-                    for (e, &v) in x[..n].iter_mut().zip(values) {
-                        *e = math::exp(v - max);
-                    }
-                    sum += sum_of(&x[..n]);
+                    sum += sum_exp(self.view(input, o, d, 0, &mut y[..n]), max);
                 }
                 let shift = max + sum.ln();
                 for (d, n) in blocks {
                     let values = self.view(input, o, d, 0, &mut y[..n]);
-                    for (v, &x) in x[..n].iter_mut().zip(values) {
+                    let dst = self.destination(o, d, &mut x[..n]);
+                    for (v, &x) in dst.iter_mut().zip(values) {
                         *v = x - shift;
                     }
-                    self.store(o, d, 0, &x[..n]);
+                    self.finish(o, d, dst);
                 }
                 return;
             }
@@ -312,20 +309,16 @@ impl SoftmaxKernel {
             let e: &mut [f32] = if long_row { &mut long[..self.size] } else { &mut short[..self.size] };
             let mut sum = 0f32;
             for (d, n) in blocks.clone() {
-                let values = self.view(input, o, d, 0, &mut x[..n]);
-                let e = &mut e[d..d + n];
-                for (e, &v) in e.iter_mut().zip(values) {
-                    *e = math::exp(v - max);
-                }
-                sum += sum_of(e);
+                sum += exp_into(self.view(input, o, d, 0, &mut x[..n]), max, &mut e[d..d + n]);
             }
             self.write_lse(o, &[max], &[sum]);
             let scale = 1.0 / sum;
             for (d, n) in blocks {
-                for (v, &e) in x[..n].iter_mut().zip(&e[d..d + n]) {
+                let dst = self.destination(o, d, &mut x[..n]);
+                for (v, &e) in dst.iter_mut().zip(&e[d..d + n]) {
                     *v = e * scale;
                 }
-                self.store(o, d, 0, &x[..n]);
+                self.finish(o, d, dst);
             }
             if long_row {
                 ROW.set(long);
@@ -342,6 +335,23 @@ impl SoftmaxKernel {
             for ((l, &m), &s) in lse.iter_mut().zip(max).zip(sum) {
                 *l = m + s.ln();
             }
+        }
+    }
+
+    /// Where a block of results at `(o, d)` goes: the output itself when it is float32 (no
+    /// copy), else `buf`, which [`Self::finish`] then converts into it.
+    #[inline(always)]
+    unsafe fn destination<'a>(&self, o: usize, d: usize, buf: &'a mut [f32]) -> &'a mut [f32] {
+        if self.out.1 == Dtype::Float {
+            return unsafe { std::slice::from_raw_parts_mut(self.at(self.out, o, d, 0) as *mut f32, buf.len()) };
+        }
+        buf
+    }
+
+    #[inline(always)]
+    unsafe fn finish(&self, o: usize, d: usize, values: &[f32]) {
+        if self.out.1 != Dtype::Float {
+            unsafe { self.store(o, d, 0, values) };
         }
     }
 
@@ -400,18 +410,38 @@ pub(super) fn simd() -> Simd {
 /// AVX-512 register, two AVX2 ones).
 const LANES: usize = 16;
 
-/// `sum(values)`, in `LANES` partial sums.
+/// `sum(exp(values - max))`, in `LANES` partial sums, without storing the exponentials.
 #[inline(always)]
-fn sum_of(values: &[f32]) -> f32 {
+fn sum_exp(values: &[f32], max: f32) -> f32 {
     let mut acc = [0f32; LANES];
     let chunks = values.chunks_exact(LANES);
-    let rest = chunks.remainder();
+    let rest: f32 = chunks.remainder().iter().map(|&v| math::exp(v - max)).sum();
     for c in chunks {
         for i in 0..LANES {
-            acc[i] += c[i];
+            acc[i] += math::exp(c[i] - max);
         }
     }
-    tree(acc, |a, b| a + b) + rest.iter().sum::<f32>()
+    tree(acc, |a, b| a + b) + rest
+}
+
+/// `e = exp(values - max)`, and their sum, in one pass.
+#[inline(always)]
+fn exp_into(values: &[f32], max: f32, e: &mut [f32]) -> f32 {
+    let mut acc = [0f32; LANES];
+    let whole = values.len() / LANES * LANES;
+    let (head, tail) = e.split_at_mut(whole);
+    for (c, e) in values[..whole].chunks_exact(LANES).zip(head.chunks_exact_mut(LANES)) {
+        for i in 0..LANES {
+            e[i] = math::exp(c[i] - max);
+            acc[i] += e[i];
+        }
+    }
+    let mut rest = 0f32;
+    for (&v, e) in values[whole..].iter().zip(tail) {
+        *e = math::exp(v - max);
+        rest += *e;
+    }
+    tree(acc, |a, b| a + b) + rest
 }
 
 /// `sum(f(a[i], b[i]))`, in `LANES` partial sums.
@@ -474,6 +504,21 @@ fn backward_value(op: Softmax, g: f32, y: f32, sum: f32) -> f32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    #[ignore]
+    fn timing() {
+        let x: Vec<f32> = (0..1 << 20).map(|i| ((i * 7919) % 1000) as f32 / 100.0).collect();
+        for op in [Softmax::Softmax, Softmax::LogSoftmax] {
+            for _ in 0..3 {
+                let start = std::time::Instant::now();
+                for _ in 0..20 {
+                    std::hint::black_box(run(op, 1024, 1024, 1, &[&x]));
+                }
+                eprintln!("{op:?} {:?}", start.elapsed() / 20);
+            }
+        }
+    }
 
     fn run(op: Softmax, outer: usize, size: usize, inner: usize, inputs: &[&[f32]]) -> Vec<f32> {
         let mut out = vec![0f32; outer * size * inner];
