@@ -68,6 +68,28 @@ def test_binary_non_contiguous_transposed_and_in_place(device):
     torch.testing.assert_close(x.cpu(), expected)
 
 
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("inner", [2, 16, 33, 512, 513])
+def test_short_rows_broadcast_and_copied(inner, device):
+    """The rows path of the elementwise kernel (rows of up to 512, inputs contiguous or constant
+    along them) and the general walk beyond it: broadcasts along and across rows, in place,
+    a transposed block copied, a 0-dim scalar tensor, against CPU."""
+    torch.manual_seed(0)
+    x, col, row = torch.randn(3, 5, inner), torch.randn(3, 5, 1), torch.randn(inner)
+    cases = {
+        "minus column": lambda x, c, r: x - c,
+        "plus row": lambda x, c, r: x + r,
+        "addcmul": lambda x, c, r: torch.addcmul(x, c, r, value=0.5),
+        "scalar tensor": lambda x, c, r: x * torch.tensor(3.0, device=x.device),
+        "transposed copy": lambda x, c, r: x.transpose(0, 1).contiguous(),
+        "in place": lambda x, c, r: x.clone().mul_(c),
+    }
+    for name, fn in cases.items():
+        expected = fn(x, col, row)
+        got = fn(x.to(device), col.to(device), row.to(device))
+        torch.testing.assert_close(got.cpu(), expected, msg=name)
+
+
 def test_same_shape_short_way_gives_what_tensor_iterator_gives():
     # Contiguous float32 tensors of one shape skip TensorIterator (Structured.h, same_shape);
     # the result must not tell: values, shape, strides, and the general path's errors.
