@@ -561,8 +561,7 @@ def test_optimizers_step_on_the_device_like_cpu(name, mode):
     params = [torch.randn(4, 3), torch.randn(5, 2).t(), torch.randn(7), torch.randn(1)]
     grads = [[torch.randn_like(p) for p in params] for _ in range(3)]
     expected, _ = optimize(cls, {**kwargs, **MODES[mode]}, params, grads, "cpu")
-    # foreach with amsgrad uses _foreach_maximum_, which has no openreg kernel yet
-    watch = NoFallback() if not (name == "adam_amsgrad" and mode == "foreach") else NoFallback("addc", "lerp", "fused")
+    watch = NoFallback()
     with watch:
         got, opt = optimize(cls, {**kwargs, **MODES[mode]}, params, grads, "openreg")
     for e, g in zip(expected, got):

@@ -24,6 +24,7 @@
 #include <ATen/ops/_fused_adamw_native.h>
 #include <ATen/ops/_fused_sgd_native.h>
 #include <ATen/ops/empty_like.h>
+#include <ATen/ops/maximum.h>
 #include <torch/library.h>
 
 namespace openreg {
@@ -156,6 +157,18 @@ void foreach_mul_list_(TensorList self, TensorList other) {
   at::native::check_foreach_api_restrictions(self, other);
   if (!run_foreach(Pointwise::Mul, self, {{self, {}}, {other, {}}})) {
     slow::foreach_tensor_mul_list_kernel_slow_(self, other);
+  }
+}
+
+// Adam's amsgrad keeps the running maximum of exp_avg_sq (NaN wins, as in torch.maximum).
+void foreach_maximum_list_(TensorList self, TensorList other) {
+  at::native::check_foreach_api_restrictions(self, other);
+  if (!run_foreach(Pointwise::Maximum, self, {{self, {}}, {other, {}}})) {
+    // ATen's slow path would call clamp_min, which has no kernel here; maximum has one.
+    for (size_t i = 0; i < self.size(); ++i) {
+      at::Tensor out = self[i];  // a handle: writes go to the parameter state itself
+      at::maximum_out(out, self[i], other[i]);
+    }
   }
 }
 
@@ -438,6 +451,7 @@ void register_optimizers() {
     library.impl("_foreach_mul_.Scalar", TORCH_FN(foreach_mul_scalar_));
     library.impl("_foreach_mul.Scalar", TORCH_FN(foreach_mul_scalar));
     library.impl("_foreach_mul_.List", TORCH_FN(foreach_mul_list_));
+    library.impl("_foreach_maximum_.List", TORCH_FN(foreach_maximum_list_));
     library.impl("_foreach_div_.Scalar", TORCH_FN(foreach_div_scalar_));
     library.impl("_foreach_div_.ScalarList", TORCH_FN(foreach_div_scalarlist_));
     library.impl("_foreach_lerp_.Scalar", TORCH_FN(foreach_lerp_scalar_));
