@@ -108,10 +108,43 @@ def test_sdpa_overrideable_forward_and_backward_match_cpu(causal, mask, dtype):
 def test_sdpa_falls_back_to_math_where_the_kernel_does_not_apply():
     import torch.nn.functional as F
     q = torch.randn(1, 2, 4, 8).openreg()
-    assert torch._fused_sdp_choice(q, q, q, dropout_p=0.5) == 0  # MATH
+    assert torch._fused_sdp_choice(q, q, q, dropout_p=0.5) == 4  # dropout is ours too
+    assert torch._fused_sdp_choice(q, q, q, enable_gqa=True) == 0  # MATH
     assert torch._fused_sdp_choice(q.double(), q.double(), q.double()) == 0
     out = F.scaled_dot_product_attention(q.double(), q.double(), q.double())
     torch.testing.assert_close(out.cpu(), F.scaled_dot_product_attention(*[q.cpu().double()] * 3))
+
+
+@pytest.mark.parametrize("device", ["openreg:0", "openreg:1"])
+def test_sdpa_dropout_on_the_device_matches_its_own_mask(device):
+    """Dropout inside the overrideable attention: the mask is drawn from a seed and drawn again
+    in the backward. Forward and gradients against CPU autograd over the same mask (the debug
+    output holds the dropped probabilities), reproducible from the device's seed."""
+    import torch.nn.functional as F
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 3, 6, 8) for _ in range(3))
+    dev = [t.to(device).requires_grad_() for t in (q, k, v)]
+    torch.openreg.manual_seed_all(3)
+    debug = torch.ops.aten._scaled_dot_product_fused_attention_overrideable(
+        *dev, None, 0.3, False, True)[-1].detach().cpu()
+    mask = debug != 0
+    assert 0.5 < mask.float().mean().item() < 0.9
+    torch.openreg.manual_seed_all(3)  # the same seed: the same mask
+    torch.openreg.reset_fallback_counts()
+    got = F.scaled_dot_product_attention(*dev, dropout_p=0.3)
+    cpu = [t.clone().requires_grad_() for t in (q, k, v)]
+    probs = torch.softmax(cpu[0] @ cpu[1].transpose(-2, -1) / 8 ** 0.5, -1)
+    expected = (probs * mask / 0.7) @ cpu[2]
+    torch.testing.assert_close(got.detach().cpu(), expected, rtol=1e-5, atol=1e-5)
+    grad = torch.randn(expected.shape)
+    expected.backward(grad)
+    got.backward(grad.to(device))
+    for d, c in zip(dev, cpu):
+        torch.testing.assert_close(d.grad.cpu(), c.grad, rtol=1e-4, atol=1e-5)
+    torch.openreg.synchronize()
+    assert torch.openreg.fallback_counts() == {}
+    again = F.scaled_dot_product_attention(*dev, dropout_p=0.3)
+    assert not torch.allclose(again.detach().cpu(), got.detach().cpu())  # a new mask per call
 
 
 # ---- quantize_per_tensor ----

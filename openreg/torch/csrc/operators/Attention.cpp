@@ -3,7 +3,8 @@
 // forward and backward are composed of device operators (matrix products in gemm,
 // elementwise in the Rust kernels), in float32 whatever the input dtype.
 
-#include "OpenReg.h"
+#include "operators/Structured.h"
+#include "runtime/Generator.h"
 
 #include <ATen/core/Tensor.h>
 #include <ATen/native/transformers/attention.h>
@@ -11,6 +12,7 @@
 #include <ATen/ops/_softmax_backward_data.h>
 #include <ATen/ops/matmul.h>
 #include <ATen/ops/ones.h>
+#include <ATen/ops/scalar_tensor.h>
 #include <ATen/ops/where.h>
 #include <torch/library.h>
 
@@ -29,7 +31,7 @@ int64_t fused_sdp_choice(const at::Tensor& q, const at::Tensor& k, const at::Ten
                          const std::optional<at::Tensor>& mask, double dropout_p, bool is_causal,
                          std::optional<double> scale, bool enable_gqa) {
   const auto dtype = q.scalar_type();
-  const bool handled = dropout_p == 0.0 && !enable_gqa && q.dim() == 4 && k.dim() == 4 &&
+  const bool handled = dropout_p >= 0.0 && dropout_p < 1.0 && !enable_gqa && q.dim() == 4 && k.dim() == 4 &&
                        v.dim() == 4 && k.scalar_type() == dtype && v.scalar_type() == dtype &&
                        (dtype == at::kFloat || dtype == at::kHalf || dtype == at::kBFloat16) &&
                        q.size(0) == k.size(0) && q.size(1) == k.size(1);
@@ -57,14 +59,40 @@ at::Tensor scores(const at::Tensor& q, const at::Tensor& k, const std::optional<
   return s;
 }
 
+// ANCHOR: dropout
+// P * mask / (1 - p) for contiguous float32 P, the mask drawn from `seed` (kept in `*mask`
+// when asked): the same kernel as native_dropout's, so the same seed gives the same mask.
+at::Tensor dropped(const at::Tensor& p, uint64_t seed, double dropout_p, at::Tensor* mask = nullptr) {
+  at::Tensor out = at::empty(p.sizes(), p.options());
+  at::Tensor bits = at::empty(p.sizes(), p.options().dtype(at::kBool));
+  call([&] {
+    return launch_dropout(false, seed, 1.0 - dropout_p, 1.0 / (1.0 - dropout_p), dense(out),
+                          dense(p), dense(bits), p.device().index());
+  });
+  if (mask != nullptr) {
+    *mask = bits;
+  }
+  return out;
+}
+
+at::Tensor dropout_backward(const at::Tensor& grad, const at::Tensor& mask, double scale) {
+  const at::Tensor g = grad.contiguous();
+  at::Tensor out = at::empty(g.sizes(), g.options());
+  call([&] {
+    return launch_dropout(true, 0, 1.0, scale, dense(out), dense(g), dense(mask), g.device().index());
+  });
+  return out;
+}
+// ANCHOR_END: dropout
+
 // ANCHOR: forward
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, c10::SymInt, c10::SymInt, at::Tensor,
            at::Tensor, at::Tensor>
 attention_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                   const std::optional<at::Tensor>& bias, double dropout_p, bool is_causal,
                   bool return_debug_mask, std::optional<double> scale) {
-  TORCH_CHECK(dropout_p == 0.0, "openreg's fused attention has no dropout; got dropout_p=",
-              dropout_p, " (torch.nn.functional.scaled_dot_product_attention uses the math path)");
+  TORCH_CHECK(dropout_p >= 0.0 && dropout_p < 1.0,
+              "openreg's fused attention takes a dropout probability in [0, 1); got ", dropout_p);
   const at::Tensor s = scores(q, k, bias, is_causal, scale_of(q, scale)).contiguous();
   // The probabilities and, per query row, the softmax's normaliser log Σ exp(s) (which the
   // backward gets back): one pass of the softmax kernel, which has both on the way. A row
@@ -72,11 +100,17 @@ attention_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
   const auto sizes = s.sizes();
   at::Tensor lse = at::empty(sizes.slice(0, sizes.size() - 1), s.options());
   at::Tensor p = softmax_with_lse(s, lse);
+  // Dropout on the probabilities, as flash attention does it: the mask is not kept but drawn
+  // again in the backward from the same seed (the numbers are a hash of seed and index).
+  const uint64_t seed = dropout_p > 0.0 ? draw_seed(q.device().index()) : 0;
+  if (dropout_p > 0.0) {
+    p = dropped(p, seed, dropout_p);
+  }
   at::Tensor out = at::matmul(p, v.to(at::kFloat)).to(q.scalar_type());
-  const auto seed_options = at::TensorOptions().dtype(at::kLong);
   at::Tensor debug = return_debug_mask ? p : at::empty({0}, q.options());
   return {out, lse, at::Tensor(), at::Tensor(), q.sym_size(-2), k.sym_size(-2),
-          at::empty({}, seed_options), at::empty({}, seed_options), debug};
+          at::scalar_tensor(static_cast<int64_t>(seed), at::kLong), at::scalar_tensor(0, at::kLong),
+          debug};
 }
 // ANCHOR_END: forward
 
@@ -85,23 +119,31 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> attention_backward(
     const at::Tensor& grad_out, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
     const at::Tensor& bias, std::array<bool, 4> mask, const at::Tensor& out,
     const at::Tensor& lse, const at::Tensor&, const at::Tensor&, c10::SymInt, c10::SymInt,
-    double dropout_p, bool is_causal, const at::Tensor&, const at::Tensor&,
+    double dropout_p, bool is_causal, const at::Tensor& philox_seed, const at::Tensor&,
     std::optional<double> scale) {
-  TORCH_CHECK(dropout_p == 0.0, "openreg's fused attention has no dropout; got dropout_p=",
-              dropout_p);
+  TORCH_CHECK(dropout_p >= 0.0 && dropout_p < 1.0,
+              "openreg's fused attention takes a dropout probability in [0, 1); got ", dropout_p);
   const double sc = scale_of(q, scale);
   const at::Tensor s = scores(q, k, bias.defined() ? std::optional(bias) : std::nullopt,
                               is_causal, sc);
   const at::Tensor p = s.sub(lse.unsqueeze(-1)).exp_();  // the forward's probabilities
   const at::Tensor d_out = grad_out.to(at::kFloat);
   const at::Tensor qf = q.to(at::kFloat), kf = k.to(at::kFloat), vf = v.to(at::kFloat);
+  // With dropout, the forward multiplied P by a mask (drawn again here from its seed) over
+  // 1 - p: dV takes the dropped probabilities, dP goes back through the same mask.
+  at::Tensor drop_mask;
+  const at::Tensor kept =
+      dropout_p > 0.0 ? dropped(p, philox_seed.item<int64_t>(), dropout_p, &drop_mask) : p;
   // dS = P * (dP - rowsum(dP * P)), with dP = dO V^T: softmax's own backward, one kernel.
-  const at::Tensor d_p = at::matmul(d_out, vf.transpose(-2, -1));
+  at::Tensor d_p = at::matmul(d_out, vf.transpose(-2, -1));
+  if (dropout_p > 0.0) {
+    d_p = dropout_backward(d_p, drop_mask, 1.0 / (1.0 - dropout_p));
+  }
   const at::Tensor d_s = at::_softmax_backward_data(d_p, p, -1, at::kFloat);
   at::Tensor gq, gk, gv, gb;
   if (mask[0]) gq = at::matmul(d_s, kf).mul_(sc).to(q.scalar_type());
   if (mask[1]) gk = at::matmul(d_s.transpose(-2, -1), qf).mul_(sc).to(k.scalar_type());
-  if (mask[2]) gv = at::matmul(p.transpose(-2, -1), d_out).to(v.scalar_type());
+  if (mask[2]) gv = at::matmul(kept.transpose(-2, -1), d_out).to(v.scalar_type());
   if (mask[3] && bias.defined() && bias.scalar_type() != at::kBool) {
     gb = d_s.sum_to_size(bias.sizes()).to(bias.scalar_type());
   }

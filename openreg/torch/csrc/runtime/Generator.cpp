@@ -62,6 +62,12 @@ const at::Generator& default_generator(c10::DeviceIndex device_index) {
 }
 // ANCHOR_END: default_generator
 
+uint64_t draw_seed(c10::DeviceIndex device_index) {
+  at::Generator host = default_generator(device_index).get<OpenRegGeneratorImpl>()->host();
+  std::lock_guard<std::mutex> lock(host.mutex());  // `host` shares the generator's state
+  return at::check_generator<at::CPUGeneratorImpl>(host)->random64();
+}
+
 at::Generator new_generator(c10::DeviceIndex device_index) {
   const auto index = device_index == -1 ? current_device() : device_index;
   call([&] { return check_device(index); });

@@ -40,5 +40,8 @@ class OpenRegGeneratorImpl final : public c10::GeneratorImpl {
 // The default generator of a device (-1: the current device).
 const at::Generator& default_generator(c10::DeviceIndex device_index);
 at::Generator new_generator(c10::DeviceIndex device_index);
+// One 64-bit draw from a device's default generator: the seed of a counter-based kernel
+// (dropout's random numbers are a hash of it and the element's index).
+uint64_t draw_seed(c10::DeviceIndex device_index);
 
 } // namespace openreg

@@ -14,12 +14,6 @@
 namespace openreg {
 namespace {
 
-// One 64-bit draw from a device's default generator: the seed of a counter-based kernel.
-uint64_t draw_seed(c10::DeviceIndex device) {
-  at::Generator host = default_generator(device).get<OpenRegGeneratorImpl>()->host();  // shares the state
-  std::lock_guard<std::mutex> lock(host.mutex());
-  return at::check_generator<at::CPUGeneratorImpl>(host)->random64();
-}
 
 // ANCHOR: native_dropout
 // Dropout's mask and output in one Rust kernel (float32, float16, bfloat16); its random
