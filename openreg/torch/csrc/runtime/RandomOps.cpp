@@ -14,7 +14,6 @@
 namespace openreg {
 namespace {
 
-
 // ANCHOR: native_dropout
 // Dropout's mask and output in one Rust kernel (float32, float16, bfloat16); its random
 // numbers come from one 64-bit draw of this device's generator per call. Other dtypes: the
@@ -57,7 +56,6 @@ at::Tensor native_dropout_backward(const at::Tensor& grad, const at::Tensor& mas
   });
   return done ? out : grad.mul(mask).mul(scale);  // CPU's formula and its types (bool * double is float)
 }
-// ANCHOR_END: native_dropout
 // ANCHOR_END: native_dropout
 
 } // namespace

@@ -505,21 +505,6 @@ fn backward_value(op: Softmax, g: f32, y: f32, sum: f32) -> f32 {
 mod tests {
     use super::*;
 
-    #[test]
-    #[ignore]
-    fn timing() {
-        let x: Vec<f32> = (0..1 << 20).map(|i| ((i * 7919) % 1000) as f32 / 100.0).collect();
-        for op in [Softmax::Softmax, Softmax::LogSoftmax] {
-            for _ in 0..3 {
-                let start = std::time::Instant::now();
-                for _ in 0..20 {
-                    std::hint::black_box(run(op, 1024, 1024, 1, &[&x]));
-                }
-                eprintln!("{op:?} {:?}", start.elapsed() / 20);
-            }
-        }
-    }
-
     fn run(op: Softmax, outer: usize, size: usize, inner: usize, inputs: &[&[f32]]) -> Vec<f32> {
         let mut out = vec![0f32; outer * size * inner];
         let kernel = SoftmaxKernel {
