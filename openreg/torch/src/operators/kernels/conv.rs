@@ -84,11 +84,8 @@ fn inside(offset: isize, stride: usize, size: usize, outputs: usize) -> std::ops
 /// `None` where the whole line lies in padding: `visit(row_line, input_line, range, offset)`,
 /// where `row_line` indexes the column matrix's line of `output[2]` entries, `range` is the
 /// part of it inside the input, and entry `o` of that part reads element `o * stride + offset`.
-/// Only the output lines `lines` (of `output[0] * output[1]`) are visited: a tile of columns.
-fn for_each_line(
-    g: &Geometry, lines: std::ops::Range<usize>, mut visit: impl FnMut(usize, Option<usize>, std::ops::Range<usize>, isize),
-) {
-    let ([k0, k1, k2], [_, o1, o2], [i0, i1, i2]) = (g.kernel, g.output, g.input);
+fn for_each_line(g: &Geometry, mut visit: impl FnMut(usize, Option<usize>, std::ops::Range<usize>, isize)) {
+    let ([k0, k1, k2], [o0, o1, o2], [i0, i1, i2]) = (g.kernel, g.output, g.input);
     let (s, p, d) = (g.stride, g.padding, g.dilation);
     let mut line = 0;
     for c in 0..g.in_channels {
@@ -97,14 +94,15 @@ fn for_each_line(
                 for e in 0..k2 {
                     let offset = (e * d[2]) as isize - p[2] as isize;
                     let range = inside(offset, s[2], i2, o2);
-                    for l in lines.clone() {
-                        let (x, y) = (l / o1, l % o1);
+                    for x in 0..o0 {
                         let y0 = (x * s[0] + a * d[0]) as isize - p[0] as isize;
-                        let y1 = (y * s[1] + b * d[1]) as isize - p[1] as isize;
-                        let within = (0..i0 as isize).contains(&y0) && (0..i1 as isize).contains(&y1);
-                        let source = within.then(|| ((c * i0 + y0 as usize) * i1 + y1 as usize) * i2);
-                        visit(line, source, range.clone(), offset);
-                        line += 1;
+                        for y in 0..o1 {
+                            let y1 = (y * s[1] + b * d[1]) as isize - p[1] as isize;
+                            let within = (0..i0 as isize).contains(&y0) && (0..i1 as isize).contains(&y1);
+                            let source = within.then(|| ((c * i0 + y0 as usize) * i1 + y1 as usize) * i2);
+                            visit(line, source, range.clone(), offset);
+                            line += 1;
+                        }
                     }
                 }
             }
@@ -112,11 +110,10 @@ fn for_each_line(
     }
 }
 
-/// Unrolls one group's input (`in_channels` planes) into its `rows() x positions()` columns,
-/// or the columns of output lines `lines` only (`rows() x lines.len() * output[2]`).
-fn im2col(g: &Geometry, lines: std::ops::Range<usize>, input: &[f32], columns: &mut [f32]) {
+/// Unrolls one group's input (`in_channels` planes) into its `rows() x positions()` columns.
+fn im2col(g: &Geometry, input: &[f32], columns: &mut [f32]) {
     let (width, stride) = (g.output[2], g.stride[2]);
-    for_each_line(g, lines, |line, source, range, offset| {
+    for_each_line(g, |line, source, range, offset| {
         let dst = &mut columns[line * width..][..width];
         let Some(start) = source else { return dst.fill(0.0) };
         dst[..range.start].fill(0.0);
@@ -136,7 +133,7 @@ fn im2col(g: &Geometry, lines: std::ops::Range<usize>, input: &[f32], columns: &
 /// The reverse of [`im2col`]: adds each column entry into the input element it was read from.
 fn col2im(g: &Geometry, columns: &[f32], input: &mut [f32]) {
     let (width, stride) = (g.output[2], g.stride[2]);
-    for_each_line(g, 0..g.output[0] * g.output[1], |line, source, range, offset| {
+    for_each_line(g, |line, source, range, offset| {
         let Some(start) = source else { return };
         let src = &columns[line * width..][..width];
         let dst = &mut input[start..][..g.input[2]];
@@ -159,9 +156,6 @@ pub(crate) struct Convolution {
     pub weight: usize,
     pub bias: usize,
 }
-
-/// Column-matrix elements per tile of the forward pass (256 KiB).
-const TILE: usize = 1 << 16;
 
 /// `len` float32 elements at runtime address `at`, element `first` onwards.
 ///
@@ -205,6 +199,13 @@ impl Convolution {
         unsafe {
             let input = slice(self.input, input_at, cin * pixels);
             if self.op == Conv::Forward {
+                let cols = if g.pointwise() {
+                    View { ptr: input.as_ptr() as usize, rs: positions as isize, cs: 1 }
+                } else {
+                    columns.resize(rows * positions, 0.0);
+                    im2col(g, input, columns);
+                    View { ptr: columns.as_ptr() as usize, rs: positions as isize, cs: 1 }
+                };
                 let out = slice(self.output, output_at, cout * positions);
                 if self.bias != 0 {
                     let bias = slice(self.bias, group * cout, cout);
@@ -212,24 +213,7 @@ impl Convolution {
                         row.fill(b);
                     }
                 }
-                let out = View { ptr: out.as_mut_ptr() as usize, ..output };
-                if g.pointwise() {
-                    let cols = View { ptr: input.as_ptr() as usize, rs: positions as isize, cs: 1 };
-                    return gemm_f32(cout, positions, rows, out, self.bias != 0, weight, cols);
-                }
-                // The columns a tile of output lines at a time, each tile's small enough to stay
-                // in the core's cache between im2col writing it and the product reading it.
-                let (lines, width) = (g.output[0] * g.output[1], g.output[2]);
-                let tile = (TILE / (rows * width).max(1)).clamp(1, lines);
-                columns.resize(rows * tile * width, 0.0);
-                for first in (0..lines).step_by(tile) {
-                    let part = first..(first + tile).min(lines);
-                    let n = part.len() * width;
-                    im2col(g, part, input, &mut columns[..rows * n]);
-                    let cols = View { ptr: columns.as_ptr() as usize, rs: n as isize, cs: 1 };
-                    let dst = View { ptr: out.ptr + first * width * 4, ..out };
-                    gemm_f32(cout, n, rows, dst, self.bias != 0, weight, cols);
-                }
+                gemm_f32(cout, positions, rows, View { ptr: out.as_mut_ptr() as usize, ..output }, self.bias != 0, weight, cols);
             } else if g.pointwise() {
                 gemm_f32(cin, positions, cout, View { ptr: input.as_mut_ptr() as usize, rs: positions as isize, cs: 1 },
                          false, View { rs: 1, cs: rows as isize, ..weight }, output);
@@ -261,7 +245,7 @@ impl Convolution {
                         input.as_ptr() as usize
                     } else {
                         columns.resize(rows * positions, 0.0);
-                        im2col(&g, 0..g.output[0] * g.output[1], input, &mut columns);
+                        im2col(&g, input, &mut columns);
                         columns.as_ptr() as usize
                     };
                     let output = self.output + (n * g.groups + group) * cout * positions * 4;
