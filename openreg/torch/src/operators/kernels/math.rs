@@ -6,21 +6,23 @@
 /// `e^x` in float32, within 2 ulp of the exact value: `x = n ln 2 + r` with `|r| <= ln 2 / 2`,
 /// a degree-6 polynomial for `e^r` (Cephes' coefficients), `2^n` built in the exponent bits.
 /// Below -87.3 the result is 0 (as `expf` underflows), above 88.7 it is infinity, NaN stays NaN.
+/// `FMA`: whether the calling code is compiled with fused multiply-add (see [`mul_add`]).
 #[inline(always)]
-pub(crate) fn exp(x: f32) -> f32 {
+pub(crate) fn exp_with<const FMA: bool>(x: f32) -> f32 {
     const LOG2E: f32 = std::f32::consts::LOG2_E;
     const LN2_HI: f32 = 0.693_359_4; // ln 2 split in two, so that n * LN2_HI is exact
     const LN2_LO: f32 = -2.121_944_4e-4;
     const ROUND: f32 = 12_582_912.0; // 1.5 * 2^23: adding it rounds to an integer
+    let fma = mul_add::<FMA>;
     let clamped = x.clamp(-87.336_54, 88.722_83);
-    let shifted = clamped * LOG2E + ROUND;
+    let shifted = fma(clamped, LOG2E, ROUND);
     let n = shifted - ROUND; // round(x / ln 2)
-    let r = clamped - n * LN2_HI - n * LN2_LO;
-    let p = ((((1.987_569_1e-4 * r + 1.398_199_9e-3) * r + 8.333_452e-3) * r + 4.166_579_6e-2) * r
-        + 1.666_666_5e-1)
-        * r
-        + 5.000_000_1e-1;
-    let e_r = p * r * r + r + 1.0;
+    let r = fma(-n, LN2_LO, fma(-n, LN2_HI, clamped));
+    let mut p = 1.987_569_1e-4;
+    for c in [1.398_199_9e-3, 8.333_452e-3, 4.166_579_6e-2, 1.666_666_5e-1, 5.000_000_1e-1] {
+        p = fma(p, r, c);
+    }
+    let e_r = fma(p, r * r, r) + 1.0;
     // n sits in the low mantissa bits of `shifted`; 2^n is (n + 127) in the exponent field.
     let bits = shifted.to_bits().wrapping_sub(ROUND.to_bits()).wrapping_add(127) << 23;
     let value = e_r * f32::from_bits(bits); // NaN in, NaN out: every step keeps it
@@ -28,6 +30,52 @@ pub(crate) fn exp(x: f32) -> f32 {
     // then did not vectorise).
     let value = if x > 88.722_83 { f32::INFINITY } else { value };
     if x < -87.336_54 { 0.0 } else { value }
+}
+
+/// [`exp_with`] for code compiled without FMA.
+#[inline(always)]
+pub(crate) fn exp(x: f32) -> f32 {
+    exp_with::<false>(x)
+}
+
+/// The natural logarithm in float32, vectorisable (libm's `logf` is a call per element):
+/// `x = m 2^e` with `m` in `[sqrt(1/2), sqrt(2))`, `ln x = e ln 2 + ln m`, and `ln m = ln(1 + f)`
+/// by Cephes' `logf` polynomial in `f`. Subnormal inputs are scaled by 2^23 first.
+/// 0 gives -infinity, a negative number or NaN gives NaN, infinity stays infinity.
+#[inline(always)]
+pub(crate) fn ln_with<const FMA: bool>(x: f32) -> f32 {
+    let fma = mul_add::<FMA>;
+    let tiny = x < f32::MIN_POSITIVE;
+    let bits = if tiny { x * 8_388_608.0 } else { x }.to_bits();
+    // The mantissa as a number in [1, 2), then halved (and e raised) above sqrt(2).
+    let m = f32::from_bits((bits & 0x007f_ffff) | 0x3f80_0000);
+    let big = m > std::f32::consts::SQRT_2;
+    let m = if big { m * 0.5 } else { m };
+    let e = ((bits >> 23) & 0xff) as i32 - 127 + i32::from(big) - if tiny { 23 } else { 0 };
+    let e = e as f32;
+    let f = m - 1.0;
+    let z = f * f;
+    let mut p = 7.037_683_6e-2;
+    for c in [-1.151_461_0e-1, 1.167_699_9e-1, -1.242_014_1e-1, 1.424_932_3e-1, -1.666_805_8e-1, 2.000_071_5e-1,
+              -2.499_999_4e-1, 3.333_333_1e-1] {
+        p = fma(p, f, c);
+    }
+    // ln 2 split in two (as in `exp`), the small part added before the large one.
+    let y = fma(e, -2.121_944_4e-4, p * f * z);
+    let r = fma(e, 0.693_359_4, f + fma(z, -0.5, y));
+    let r = if x == f32::INFINITY { x } else { r };
+    let r = if x == 0.0 { f32::NEG_INFINITY } else { r };
+    if x < 0.0 || x.is_nan() { f32::NAN } else { r }
+}
+
+/// `a * b + c`. In code compiled with FMA (`FMA` true: the `#[target_feature(enable = "fma")]`
+/// versions of a kernel) one instruction and one rounding; otherwise a multiply and an add,
+/// because there `f32::mul_add` is a call to libm's `fmaf` per element. Rust never fuses
+/// `a * b + c` by itself (it would change results), so without this the AVX versions of `exp`
+/// spent a third of their instructions on separate multiplies and adds.
+#[inline(always)]
+pub(crate) fn mul_add<const FMA: bool>(a: f32, b: f32, c: f32) -> f32 {
+    if FMA { a.mul_add(b, c) } else { a * b + c }
 }
 // ANCHOR_END: exp
 
@@ -86,6 +134,36 @@ mod tests {
         assert_eq!(exp(-100.0), 0.0);
         assert_eq!(exp(f32::INFINITY), f32::INFINITY);
         assert!(exp(f32::NAN).is_nan());
+    }
+
+    #[test]
+    fn fused_exp_within_two_ulp() {
+        // `mul_add` without FMA hardware is libm's `fmaf`: slow, but the same results.
+        let mut x = -87.0f32;
+        while x < 88.0 {
+            let (got, want) = (exp_with::<true>(x), f64::from(x).exp() as f32);
+            assert!((got.to_bits() as i64 - want.to_bits() as i64).abs() <= 2, "exp({x}) = {got}, expected {want}");
+            x += 0.0137;
+        }
+        assert_eq!((exp_with::<true>(-100.0), exp_with::<true>(f32::INFINITY)), (0.0, f32::INFINITY));
+        assert!(exp_with::<true>(f32::NAN).is_nan());
+    }
+
+    #[test]
+    fn ln_within_two_ulp_of_libm() {
+        // From subnormals to the largest float, both with and without fused multiply-adds.
+        let mut x = 1e-44f32;
+        while x < f32::MAX / 1.01 {
+            let want = f64::from(x).ln() as f32;
+            for got in [ln_with::<false>(x), ln_with::<true>(x)] {
+                let ulps = (got.to_bits() as i64 - want.to_bits() as i64).abs();
+                assert!(ulps <= 2 || (got - want).abs() < 1e-7, "ln({x}) = {got}, expected {want} ({ulps} ulp)");
+            }
+            x = (x * 1.0009).max(f32::from_bits(x.to_bits() + 1)); // subnormals: at least a step
+        }
+        assert_eq!((ln_with::<true>(1.0), ln_with::<true>(0.0)), (0.0, f32::NEG_INFINITY));
+        assert_eq!(ln_with::<true>(f32::INFINITY), f32::INFINITY);
+        assert!(ln_with::<true>(-1.0).is_nan() && ln_with::<false>(f32::NAN).is_nan());
     }
 
     #[test]

@@ -45,9 +45,17 @@ impl SoftmaxKernel {
     /// Short rows (`inner == 1`, `size <= SHORT`): a unit is `ROWS` rows.
     pub(crate) fn run(&self) {
         let short = self.inner == 1 && self.size <= SHORT;
-        let (blocks, group) = if short { (1, ROWS) } else { (self.inner.div_ceil(BLOCK), 1) };
+        // Lanes per unit: a block, or fewer when the blocks are too few to give every thread
+        // one (softmax over dim 0 of 4096x64 is a single block: it ran on one thread).
+        let threads = super::pool::threads();
+        let width = if self.outer * self.inner.div_ceil(BLOCK) >= threads {
+            BLOCK
+        } else {
+            self.inner.div_ceil(threads).next_multiple_of(LANES).min(BLOCK)
+        };
+        let (blocks, group) = if short { (1, ROWS) } else { (self.inner.div_ceil(width), 1) };
         let units = self.outer.div_ceil(group) * blocks;
-        let per_unit = self.size * self.inner.min(BLOCK) * group;
+        let per_unit = self.size * self.inner.min(width) * group;
         parallel_min(units, (PARALLEL / per_unit.max(1)).max(1), |start, count| {
             // Zeroed once per part, not per row: for rows of 16, zeroing per row cost more
             // than the softmax.
@@ -60,7 +68,7 @@ impl SoftmaxKernel {
                     continue;
                 }
                 let (o, b) = (u / blocks, u % blocks);
-                let lanes = b * BLOCK..(b * BLOCK + BLOCK).min(self.inner);
+                let lanes = b * width..(b * width + width).min(self.inner);
                 // SAFETY: C++ checked each operand's `outer * size * inner` elements against
                 // its live allocation; units write disjoint elements.
                 unsafe { self.unit_dispatch(o, lanes.start, lanes.len(), &mut scratch) };
@@ -90,55 +98,58 @@ impl SoftmaxKernel {
             Simd::Avx2 => return unsafe { self.unit_avx2(o, lane, n, scratch) },
             Simd::Baseline => {}
         }
-        unsafe { self.unit(o, lane, n, scratch) }
+        unsafe { self.unit::<false>(o, lane, n, scratch) }
     }
 
-    /// The same code as [`Self::unit`] (inlined here), compiled with 16-wide registers.
+    /// The same code as [`Self::unit`] (inlined here), compiled with 16-wide registers and FMA.
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx512f,avx2,fma")]
     unsafe fn unit_avx512(&self, o: usize, lane: usize, n: usize, scratch: &mut Scratch) {
-        unsafe { self.unit(o, lane, n, scratch) }
+        unsafe { self.unit::<true>(o, lane, n, scratch) }
     }
 
-    /// The same code as [`Self::unit`] (inlined here), compiled with 8-wide registers.
+    /// The same code as [`Self::unit`] (inlined here), compiled with 8-wide registers and FMA.
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2,fma")]
     unsafe fn unit_avx2(&self, o: usize, lane: usize, n: usize, scratch: &mut Scratch) {
-        unsafe { self.unit(o, lane, n, scratch) }
+        unsafe { self.unit::<true>(o, lane, n, scratch) }
     }
     // ANCHOR_END: dispatch
 
     /// Lanes `lane..lane + n` of outer index `o`: every step along `size` reads `n` neighbours.
     /// When `inner` is 1 a lane is a whole row, read `BLOCK` elements at a time instead.
     #[inline(always)]
-    unsafe fn unit(&self, o: usize, lane: usize, n: usize, scratch: &mut Scratch) {
+    unsafe fn unit<const FMA: bool>(&self, o: usize, lane: usize, n: usize, scratch: &mut Scratch) {
         if self.inner == 1 && self.size <= SHORT {
-            return unsafe { self.short_rows(o, n, scratch) };
+            return unsafe { self.short_rows::<FMA>(o, n, scratch) };
         }
         if self.inner == 1 {
-            return unsafe { self.row(o, scratch) };
+            return unsafe { self.row::<FMA>(o, scratch) };
         }
         let Scratch { acc, x, y, max } = scratch;
         let (acc, x, y) = (&mut acc[..n], &mut x.as_flattened_mut()[..n], &mut y.as_flattened_mut()[..n]);
-        let backward = matches!(self.op, Softmax::SoftmaxBackward | Softmax::LogSoftmaxBackward);
         unsafe {
-            if backward {
-                // acc = sum over d of grad (log-softmax) or grad * output (softmax).
+            if matches!(self.op, Softmax::SoftmaxBackward | Softmax::LogSoftmaxBackward) {
+                let (grad, output, softmax) = (self.inputs[0], self.inputs[1], self.op == Softmax::SoftmaxBackward);
+                // acc = sum over d of grad * output (softmax) or grad (log-softmax).
                 acc.fill(0.0);
                 for d in 0..self.size {
-                    self.load(self.inputs[0], o, d, lane, x);
-                    self.load(self.inputs[1], o, d, lane, y);
-                    for i in 0..n {
-                        acc[i] += if self.op == Softmax::SoftmaxBackward { x[i] * y[i] } else { x[i] };
+                    let g = self.view(grad, o, d, lane, x);
+                    if softmax {
+                        for ((a, &g), &out) in acc.iter_mut().zip(g).zip(self.view(output, o, d, lane, y)) {
+                            *a = math::mul_add::<FMA>(g, out, *a);
+                        }
+                    } else {
+                        for (a, &g) in acc.iter_mut().zip(g) {
+                            *a += g;
+                        }
                     }
                 }
                 for d in 0..self.size {
-                    self.load(self.inputs[0], o, d, lane, x);
-                    self.load(self.inputs[1], o, d, lane, y);
-                    for i in 0..n {
-                        x[i] = backward_value(self.op, x[i], y[i], acc[i]);
-                    }
-                    self.store(o, d, lane, x);
+                    let (g, out) = (self.view(grad, o, d, lane, x), self.view(output, o, d, lane, y));
+                    let dst = self.destination(o, d, lane, &mut max[..n]);
+                    backward_values::<FMA>(softmax, g, out, acc, dst);
+                    self.finish(o, d, lane, dst);
                 }
                 return;
             }
@@ -154,26 +165,27 @@ impl SoftmaxKernel {
             for d in 0..self.size {
                 let values = self.view(input, o, d, lane, x);
                 for i in 0..n {
-                    acc[i] += math::exp(values[i] - max[i]);
+                    acc[i] += math::exp_with::<FMA>(values[i] - max[i]);
                 }
             }
-            self.write_lse(o * self.inner + lane, max, acc);
+            self.write_lse::<FMA>(o * self.inner + lane, max, acc);
             // Per lane, once: log-softmax subtracts `max + ln(sum)`, softmax multiplies by 1/sum.
             for i in 0..n {
-                acc[i] = if self.op == Softmax::LogSoftmax { max[i] + acc[i].ln() } else { 1.0 / acc[i] };
+                acc[i] = if self.op == Softmax::LogSoftmax { max[i] + math::ln_with::<FMA>(acc[i]) } else { 1.0 / acc[i] };
             }
             for d in 0..self.size {
                 let values = self.view(input, o, d, lane, y);
+                let dst = self.destination(o, d, lane, x);
                 if self.op == Softmax::LogSoftmax {
                     for i in 0..n {
-                        x[i] = values[i] - acc[i];
+                        dst[i] = values[i] - acc[i];
                     }
                 } else {
                     for i in 0..n {
-                        x[i] = math::exp(values[i] - max[i]) * acc[i];
+                        dst[i] = math::exp_with::<FMA>(values[i] - max[i]) * acc[i];
                     }
                 }
-                self.store(o, d, lane, x);
+                self.finish(o, d, lane, dst);
             }
         }
     }
@@ -183,7 +195,7 @@ impl SoftmaxKernel {
     /// that element `d` of row `r` sits at `d * ROWS + r`: every loop then runs along the
     /// rows, one per SIMD lane, instead of along a row too short to fill a register.
     #[inline(always)]
-    unsafe fn short_rows(&self, first: usize, rows: usize, scratch: &mut Scratch) {
+    unsafe fn short_rows<const FMA: bool>(&self, first: usize, rows: usize, scratch: &mut Scratch) {
         let size = self.size;
         let (x, y) = (&mut scratch.x[..size], &mut scratch.y[..size]);
         let mut row = [0f32; SHORT];
@@ -209,7 +221,7 @@ impl SoftmaxKernel {
             }
             for (g, out) in x.iter_mut().zip(y.iter()) {
                 for r in 0..ROWS {
-                    g[r] = backward_value(self.op, g[r], out[r], acc[r]);
+                    g[r] = backward_value::<FMA>(self.op, g[r], out[r], acc[r]);
                 }
             }
         } else {
@@ -222,13 +234,13 @@ impl SoftmaxKernel {
             }
             for (v, e) in x.iter().zip(y.iter_mut()) {
                 for r in 0..ROWS {
-                    e[r] = math::exp(v[r] - max[r]);
+                    e[r] = math::exp_with::<FMA>(v[r] - max[r]);
                     acc[r] += e[r];
                 }
             }
-            self.write_lse(first, &max[..rows], &acc[..rows]);
+            self.write_lse::<FMA>(first, &max[..rows], &acc[..rows]);
             for r in 0..ROWS {
-                acc[r] = if self.op == Softmax::LogSoftmax { max[r] + acc[r].ln() } else { 1.0 / acc[r] };
+                acc[r] = if self.op == Softmax::LogSoftmax { max[r] + math::ln_with::<FMA>(acc[r]) } else { 1.0 / acc[r] };
             }
             for (v, e) in x.iter_mut().zip(y.iter()) {
                 for r in 0..ROWS {
@@ -248,29 +260,27 @@ impl SoftmaxKernel {
 
     /// One contiguous row (`inner == 1`), in blocks along it.
     #[inline(always)]
-    unsafe fn row(&self, o: usize, scratch: &mut Scratch) {
+    unsafe fn row<const FMA: bool>(&self, o: usize, scratch: &mut Scratch) {
         let (x, y, short) = (scratch.x.as_flattened_mut(), scratch.y.as_flattened_mut(), &mut scratch.acc);
         let blocks = (0..self.size).step_by(BLOCK).map(|d| (d, (self.size - d).min(BLOCK)));
-        let backward = matches!(self.op, Softmax::SoftmaxBackward | Softmax::LogSoftmaxBackward);
         unsafe {
-            if backward {
+            if matches!(self.op, Softmax::SoftmaxBackward | Softmax::LogSoftmaxBackward) {
+                let (grad, output, softmax) = (self.inputs[0], self.inputs[1], self.op == Softmax::SoftmaxBackward);
                 let mut sum = 0f32;
                 for (d, n) in blocks.clone() {
-                    self.load(self.inputs[0], o, d, 0, &mut x[..n]);
-                    if self.op == Softmax::SoftmaxBackward {
-                        self.load(self.inputs[1], o, d, 0, &mut y[..n]);
-                        sum += sum_pairs(&x[..n], &y[..n], |g, y| g * y);
+                    let g = self.view(grad, o, d, 0, &mut x[..n]);
+                    sum += if softmax {
+                        sum_pairs(g, self.view(output, o, d, 0, &mut y[..n]), |g, y| g * y)
                     } else {
-                        sum += sum_pairs(&x[..n], &x[..n], |g, _| g);
-                    }
+                        sum_pairs(g, g, |g, _| g)
+                    };
                 }
+                let sum = [sum; BLOCK];
                 for (d, n) in blocks {
-                    self.load(self.inputs[0], o, d, 0, &mut x[..n]);
-                    self.load(self.inputs[1], o, d, 0, &mut y[..n]);
-                    for i in 0..n {
-                        x[i] = backward_value(self.op, x[i], y[i], sum);
-                    }
-                    self.store(o, d, 0, &x[..n]);
+                    let (g, out) = (self.view(grad, o, d, 0, &mut x[..n]), self.view(output, o, d, 0, &mut y[..n]));
+                    let dst = self.destination(o, d, 0, &mut short[..n]);
+                    backward_values::<FMA>(softmax, g, out, &sum[..n], dst);
+                    self.finish(o, d, 0, dst);
                 }
                 return;
             }
@@ -280,19 +290,19 @@ impl SoftmaxKernel {
                 max = nan_max(max, max_of(self.view(input, o, d, 0, &mut x[..n])));
             }
             if self.op == Softmax::LogSoftmax {
-                // x - max - ln(sum): the exponentials are only summed.
+                // x - max - ln(sum): the exponentials pass through a scratch block only to be summed.
                 let mut sum = 0f32;
                 for (d, n) in blocks.clone() {
-                    sum += sum_exp(self.view(input, o, d, 0, &mut y[..n]), max);
+                    sum += exp_into::<FMA>(self.view(input, o, d, 0, &mut y[..n]), max, &mut short[..n]);
                 }
-                let shift = max + sum.ln();
+                let shift = max + math::ln_with::<FMA>(sum);
                 for (d, n) in blocks {
                     let values = self.view(input, o, d, 0, &mut y[..n]);
-                    let dst = self.destination(o, d, &mut x[..n]);
+                    let dst = self.destination(o, d, 0, &mut x[..n]);
                     for (v, &x) in dst.iter_mut().zip(values) {
                         *v = x - shift;
                     }
-                    self.finish(o, d, dst);
+                    self.finish(o, d, 0, dst);
                 }
                 return;
             }
@@ -309,16 +319,16 @@ impl SoftmaxKernel {
             let e: &mut [f32] = if long_row { &mut long[..self.size] } else { &mut short[..self.size] };
             let mut sum = 0f32;
             for (d, n) in blocks.clone() {
-                sum += exp_into(self.view(input, o, d, 0, &mut x[..n]), max, &mut e[d..d + n]);
+                sum += exp_into::<FMA>(self.view(input, o, d, 0, &mut x[..n]), max, &mut e[d..d + n]);
             }
-            self.write_lse(o, &[max], &[sum]);
+            self.write_lse::<FMA>(o, &[max], &[sum]);
             let scale = 1.0 / sum;
             for (d, n) in blocks {
-                let dst = self.destination(o, d, &mut x[..n]);
+                let dst = self.destination(o, d, 0, &mut x[..n]);
                 for (v, &e) in dst.iter_mut().zip(&e[d..d + n]) {
                     *v = e * scale;
                 }
-                self.finish(o, d, dst);
+                self.finish(o, d, 0, dst);
             }
             if long_row {
                 ROW.set(long);
@@ -328,12 +338,12 @@ impl SoftmaxKernel {
 
     /// `lse[first..]` = `max + ln(sum)` per row or lane, if asked for.
     #[inline(always)]
-    fn write_lse(&self, first: usize, max: &[f32], sum: &[f32]) {
+    fn write_lse<const FMA: bool>(&self, first: usize, max: &[f32], sum: &[f32]) {
         if self.lse != 0 {
             // SAFETY: the launch checked `outer * inner` float32 elements at `lse`.
             let lse = unsafe { std::slice::from_raw_parts_mut((self.lse as *mut f32).add(first), max.len()) };
             for ((l, &m), &s) in lse.iter_mut().zip(max).zip(sum) {
-                *l = m + s.ln();
+                *l = m + math::ln_with::<FMA>(s);
             }
         }
     }
@@ -341,17 +351,17 @@ impl SoftmaxKernel {
     /// Where a block of results at `(o, d)` goes: the output itself when it is float32 (no
     /// copy), else `buf`, which [`Self::finish`] then converts into it.
     #[inline(always)]
-    unsafe fn destination<'a>(&self, o: usize, d: usize, buf: &'a mut [f32]) -> &'a mut [f32] {
+    unsafe fn destination<'a>(&self, o: usize, d: usize, lane: usize, buf: &'a mut [f32]) -> &'a mut [f32] {
         if self.out.1 == Dtype::Float {
-            return unsafe { std::slice::from_raw_parts_mut(self.at(self.out, o, d, 0) as *mut f32, buf.len()) };
+            return unsafe { std::slice::from_raw_parts_mut(self.at(self.out, o, d, lane) as *mut f32, buf.len()) };
         }
         buf
     }
 
     #[inline(always)]
-    unsafe fn finish(&self, o: usize, d: usize, values: &[f32]) {
+    unsafe fn finish(&self, o: usize, d: usize, lane: usize, values: &[f32]) {
         if self.out.1 != Dtype::Float {
-            unsafe { self.store(o, d, 0, values) };
+            unsafe { self.store(o, d, lane, values) };
         }
     }
 
@@ -410,51 +420,33 @@ pub(super) fn simd() -> Simd {
 /// AVX-512 register, two AVX2 ones).
 const LANES: usize = 16;
 
-/// `sum(exp(values - max))`, in `LANES` partial sums, without storing the exponentials.
+/// `e = exp(values - max)`, and their sum. Two loops on purpose: with the sum inside the
+/// loop that computes the exponentials, that loop's body (an `exp` per lane) is too large for
+/// the compiler to unroll, so it vectorises it as a loop and leaves the partial sums in memory
+/// — a store and a reload per 16 elements, a chain that took a quarter of softmax's time. The
+/// second loop reads `e` back from L1.
 #[inline(always)]
-fn sum_exp(values: &[f32], max: f32) -> f32 {
-    let mut acc = [0f32; LANES];
-    let chunks = values.chunks_exact(LANES);
-    let rest: f32 = chunks.remainder().iter().map(|&v| math::exp(v - max)).sum();
-    for c in chunks {
-        for i in 0..LANES {
-            acc[i] += math::exp(c[i] - max);
-        }
+fn exp_into<const FMA: bool>(values: &[f32], max: f32, e: &mut [f32]) -> f32 {
+    for (e, &v) in e.iter_mut().zip(values) {
+        *e = math::exp_with::<FMA>(v - max);
     }
-    tree(acc, |a, b| a + b) + rest
-}
-
-/// `e = exp(values - max)`, and their sum, in one pass.
-#[inline(always)]
-fn exp_into(values: &[f32], max: f32, e: &mut [f32]) -> f32 {
-    let mut acc = [0f32; LANES];
-    let whole = values.len() / LANES * LANES;
-    let (head, tail) = e.split_at_mut(whole);
-    for (c, e) in values[..whole].chunks_exact(LANES).zip(head.chunks_exact_mut(LANES)) {
-        for i in 0..LANES {
-            e[i] = math::exp(c[i] - max);
-            acc[i] += e[i];
-        }
-    }
-    let mut rest = 0f32;
-    for (&v, e) in values[whole..].iter().zip(tail) {
-        *e = math::exp(v - max);
-        rest += *e;
-    }
-    tree(acc, |a, b| a + b) + rest
+    sum_pairs(e, e, |e, _| e)
 }
 
 /// `sum(f(a[i], b[i]))`, in `LANES` partial sums.
 #[inline(always)]
 fn sum_pairs(a: &[f32], b: &[f32], f: impl Fn(f32, f32) -> f32) -> f32 {
     let mut acc = [0f32; LANES];
-    let (ca, cb) = (a.chunks_exact(LANES), b.chunks_exact(LANES));
-    let (ra, rb) = (ca.remainder(), cb.remainder());
-    for (x, y) in ca.zip(cb) {
+    let n = a.len().min(b.len());
+    let ((ca, ra), (cb, rb)) = (a[..n].as_chunks::<LANES>(), b[..n].as_chunks::<LANES>());
+    for (x, y) in ca.iter().zip(cb) {
         for i in 0..LANES {
             acc[i] += f(x[i], y[i]);
         }
     }
+    // Stored once as a whole: without this, inside the big kernels the compiler packed the
+    // 16 running sums as eight 2-wide vectors (to suit the pairwise additions after the loop).
+    let acc = std::hint::black_box(acc);
     let tail: f32 = ra.iter().zip(rb).map(|(&x, &y)| f(x, y)).sum();
     tree(acc, |a, b| a + b) + tail
 }
@@ -463,8 +455,7 @@ fn sum_pairs(a: &[f32], b: &[f32], f: impl Fn(f32, f32) -> f32) -> f32 {
 #[inline(always)]
 fn max_of(values: &[f32]) -> f32 {
     let mut acc = [f32::NEG_INFINITY; LANES];
-    let chunks = values.chunks_exact(LANES);
-    let rest = chunks.remainder();
+    let (chunks, rest) = values.as_chunks::<LANES>();
     for c in chunks {
         for i in 0..LANES {
             acc[i] = nan_max(acc[i], c[i]);
@@ -474,17 +465,17 @@ fn max_of(values: &[f32]) -> f32 {
 }
 
 /// Combines the lanes pairwise, halving their number each time (a few shuffles); adding them
-/// in a row would be a chain of 16 dependent additions, which dominated rows of 16.
+/// in a row would be a chain of 16 dependent additions, which dominated rows of 16. Every
+/// index is a constant: with a loop over the width, `acc` stayed in memory.
 #[inline(always)]
 fn tree(mut acc: [f32; LANES], f: impl Fn(f32, f32) -> f32) -> f32 {
-    let mut width = LANES;
-    while width > 1 {
-        width /= 2;
-        for i in 0..width {
-            acc[i] = f(acc[i], acc[i + width]);
-        }
+    for i in 0..8 {
+        acc[i] = f(acc[i], acc[i + 8]);
     }
-    acc[0]
+    for i in 0..4 {
+        acc[i] = f(acc[i], acc[i + 4]);
+    }
+    f(f(acc[0], acc[2]), f(acc[1], acc[3]))
 }
 // ANCHOR_END: lanes
 
@@ -494,11 +485,27 @@ fn nan_max(a: f32, b: f32) -> f32 {
     if a.is_nan() || b.is_nan() { f32::NAN } else { a.max(b) }
 }
 
+/// [`backward_value`] over a block, the choice of formula made once outside the loop.
+#[inline(always)]
+fn backward_values<const FMA: bool>(softmax: bool, g: &[f32], out: &[f32], sum: &[f32], dst: &mut [f32]) {
+    let n = dst.len();
+    let (g, out, sum) = (&g[..n], &out[..n], &sum[..n]);
+    if softmax {
+        for i in 0..n {
+            dst[i] = backward_value::<FMA>(Softmax::SoftmaxBackward, g[i], out[i], sum[i]);
+        }
+    } else {
+        for i in 0..n {
+            dst[i] = backward_value::<FMA>(Softmax::LogSoftmaxBackward, g[i], out[i], sum[i]);
+        }
+    }
+}
+
 /// From grad `g`, output `y` and the row's `sum`: softmax `y * (g - sum(g * y))`, log-softmax
 /// `g - exp(y) * sum(g)`.
 #[inline(always)]
-fn backward_value(op: Softmax, g: f32, y: f32, sum: f32) -> f32 {
-    if op == Softmax::LogSoftmaxBackward { g - math::exp(y) * sum } else { y * (g - sum) }
+fn backward_value<const FMA: bool>(op: Softmax, g: f32, y: f32, sum: f32) -> f32 {
+    if op == Softmax::LogSoftmaxBackward { g - math::exp_with::<FMA>(y) * sum } else { y * (g - sum) }
 }
 
 #[cfg(test)]
