@@ -338,7 +338,7 @@ def test_addmm_beta_zero_ignores_nan_and_in_place():
 @pytest.mark.parametrize("shape,dim", [((4, 10), 1), ((4, 10), 0), ((3, 5, 7), 1), ((3, 5, 7), -1),
                                        ((), 0), ((0, 4), 1), ((2, 700), 1), ((2, 3, 300), 1),
                                        # lanes split across threads (one block); rows with a tail
-                                       ((300, 40), 0), ((5, 100), 1), ((3, 65), 1)], ids=str)
+                                       ((300, 40), 0), ((5, 100), 1), ((3, 65), 1), ((37, 20), 1)], ids=str)
 @pytest.mark.parametrize("op", ["softmax", "log_softmax"])
 def test_softmax_forward_and_backward(op, shape, dim, dtype, device):
     x = torch.randn(shape).to(dtype)
