@@ -94,6 +94,7 @@ pub(crate) unsafe fn store(dtype: Dtype, dst: *mut u8, stride: isize, values: &[
 ///
 /// # Safety
 /// The range lies in the operand, which the launch checked.
+#[inline(always)] // per row in the normalization kernels: a call cost as much as a row of 64
 pub(crate) unsafe fn read(slot: (usize, Dtype), first: usize, len: usize, scratch: &mut Vec<f32>) -> &[f32] {
     let (ptr, dt) = slot;
     if dt == Dtype::Float {
@@ -109,6 +110,7 @@ pub(crate) unsafe fn read(slot: (usize, Dtype), first: usize, len: usize, scratc
 ///
 /// # Safety
 /// As for [`read`]; no one else writes the range meanwhile.
+#[inline(always)]
 pub(crate) unsafe fn write(slot: (usize, Dtype), first: usize, len: usize, scratch: &mut Vec<f32>, f: impl FnOnce(&mut [f32])) {
     let (ptr, dt) = slot;
     if dt == Dtype::Float {

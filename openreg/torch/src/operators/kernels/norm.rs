@@ -30,19 +30,44 @@ pub(crate) fn operands(op: Norm) -> (usize, usize) {
 }
 
 const LANES: usize = 16;
+/// Independent SIMD accumulators: one register of partial sums is a chain of additions, each
+/// waiting for the last (4 cycles per 16 elements); four interleave and keep the adder busy.
+const CHAINS: usize = 4;
 
-/// Σ f(x) over `x`, in `LANES` float32 partial sums the compiler vectorises.
+/// Σ f(x) over `x`, in `CHAINS x LANES` float32 partial sums the compiler vectorises.
 #[inline(always)]
 fn sum(x: &[f32], f: impl Fn(f32) -> f32) -> f64 {
-    let mut acc = [0.0f32; LANES];
-    let chunks = x.chunks_exact(LANES);
-    let rest = chunks.remainder();
+    let mut acc = [[0.0f32; LANES]; CHAINS];
+    let (chunks, rest) = x.as_chunks::<{ CHAINS * LANES }>();
     for c in chunks {
-        for i in 0..LANES {
-            acc[i] += f(c[i]);
+        for (j, acc) in acc.iter_mut().enumerate() {
+            for i in 0..LANES {
+                acc[i] += f(c[j * LANES + i]);
+            }
         }
     }
-    acc.iter().map(|&v| v as f64).sum::<f64>() + rest.iter().map(|&v| f(v) as f64).sum::<f64>()
+    lanes_total(acc) + rest.iter().map(|&v| f(v) as f64).sum::<f64>()
+}
+
+/// The partial sums' total: the chains added lane by lane (one SIMD addition each), then the
+/// lanes pairwise (added in a row, 16 dependent additions per sum, and each row has two sums:
+/// for rows of 64 that was most of the time).
+#[inline(always)]
+fn lanes_total(acc: [[f32; LANES]; CHAINS]) -> f64 {
+    // Stored once as a whole: without this the compiler packed the running sums of the loop
+    // before as 2-wide vectors, to suit the lane-by-lane additions below (as in softmax).
+    let acc = std::hint::black_box(acc);
+    let mut lanes = [0.0f32; LANES];
+    for (i, l) in lanes.iter_mut().enumerate() {
+        *l = (acc[0][i] + acc[1][i]) + (acc[2][i] + acc[3][i]);
+    }
+    for i in 0..8 {
+        lanes[i] += lanes[i + 8];
+    }
+    for i in 0..4 {
+        lanes[i] += lanes[i + 4];
+    }
+    f64::from((lanes[0] + lanes[2]) + (lanes[1] + lanes[3]))
 }
 
 /// A whole per-channel operand as float32, or `fill` when it is absent.
@@ -361,13 +386,15 @@ fn normalize_any(x: &[f32], y: &mut [f32], w: &[f32], b: &[f32], s: usize, eps: 
 /// Σ a[i] * b[i] in float32 partial sums.
 #[inline(always)]
 fn dy_dot(a: &[f32], b: &[f32]) -> f64 {
-    let mut acc = [0.0f32; LANES];
-    let (ca, cb) = (a.chunks_exact(LANES), b.chunks_exact(LANES));
-    let (ra, rb) = (ca.remainder(), cb.remainder());
-    for (x, y) in ca.zip(cb) {
-        for i in 0..LANES {
-            acc[i] += x[i] * y[i];
+    let mut acc = [[0.0f32; LANES]; CHAINS];
+    let n = a.len().min(b.len());
+    let ((ca, ra), (cb, rb)) = (a[..n].as_chunks::<{ CHAINS * LANES }>(), b[..n].as_chunks::<{ CHAINS * LANES }>());
+    for (x, y) in ca.iter().zip(cb) {
+        for (j, acc) in acc.iter_mut().enumerate() {
+            for i in 0..LANES {
+                acc[i] += x[j * LANES + i] * y[j * LANES + i];
+            }
         }
     }
-    acc.iter().map(|&v| v as f64).sum::<f64>() + ra.iter().zip(rb).map(|(&x, &y)| (x * y) as f64).sum::<f64>()
+    lanes_total(acc) + ra.iter().zip(rb).map(|(&x, &y)| (x * y) as f64).sum::<f64>()
 }
