@@ -90,17 +90,20 @@ def trainer(name, device):
 # ANCHOR_END: step
 
 
-def per_step(steps, rounds=5, warmup=2, repeats=5):
+def per_step(steps, rounds=5, warmup=0.05, repeats=5):
     """The median time of a step per device. The devices take turns, a block of steps each, so
-    that a slow spell of this shared machine falls on both; each block starts with untimed
-    steps (the other device's threads are still winding down)."""
+    that a slow spell of this shared machine falls on both; each block starts with `warmup`
+    seconds of untimed steps: the other device's threads are still winding down (the CPU's
+    OpenMP worker spins for 10-20 ms after its last parallel region, holding one of the two
+    cores)."""
     times = {device: [] for device in steps}
     for _ in range(rounds):
         for device, step in steps.items():
             sync = torch.openreg.synchronize if device == "openreg" else (lambda: None)
-            for _ in range(warmup):
+            start = time.perf_counter()
+            while time.perf_counter() - start < warmup:
                 step()
-            sync()
+                sync()
             for _ in range(repeats):
                 start = time.perf_counter()
                 step()
