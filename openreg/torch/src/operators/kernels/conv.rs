@@ -137,8 +137,16 @@ fn col2im(g: &Geometry, columns: &[f32], input: &mut [f32]) {
         let Some(start) = source else { return };
         let src = &columns[line * width..][..width];
         let dst = &mut input[start..][..g.input[2]];
-        for o in range {
-            dst[(o as isize * stride as isize + offset) as usize] += src[o];
+        if stride == 1 {
+            // Neighbours to neighbours: a loop over two slices, which vectorises.
+            let first = (range.start as isize + offset) as usize;
+            for (d, &s) in dst[first..][..range.len()].iter_mut().zip(&src[range]) {
+                *d += s;
+            }
+        } else {
+            for o in range {
+                dst[(o as isize * stride as isize + offset) as usize] += src[o];
+            }
         }
     });
 }
