@@ -480,6 +480,10 @@ POOLS = {
     "max": lambda x: F.max_pool2d(x, 3, 2, 1),
     "max_dilated_ceil": lambda x: F.max_pool2d(x, 2, 2, 0, dilation=2, ceil_mode=True),
     "max_rect": lambda x: F.max_pool2d(x, (2, 3), (1, 2), (1, 0)),
+    # windows that tile the rows: whole 2x2 / 3x3 windows in registers, padded edges apart
+    "max_2x2": lambda x: F.max_pool2d(x, 2),
+    "max_2x2_ceil": lambda x: F.max_pool2d(x, 2, ceil_mode=True),
+    "max_3x3_tiled_padded": lambda x: F.max_pool2d(x, 3, 3, 1),
     "avg": lambda x: F.avg_pool2d(x, 3, 2, 1),
     "avg_exclude_pad_ceil": lambda x: F.avg_pool2d(x, 3, 2, 1, ceil_mode=True, count_include_pad=False),
     "avg_divisor": lambda x: F.avg_pool2d(x, 2, divisor_override=3),
@@ -524,6 +528,12 @@ def test_pooling_layouts_indices_out_and_nan():
     got = torch.ops.aten.max_pool2d_with_indices(nan.openreg(), [2, 2])
     expected = torch.ops.aten.max_pool2d_with_indices(nan, [2, 2])
     assert got[0].isnan().all() and torch.equal(got[1].cpu(), expected[1])
+    # Ties keep the first tap, all -inf windows report their first tap, as on CPU.
+    for x in [torch.zeros(1, 2, 6, 9), torch.full((1, 1, 6, 6), float("-inf")), torch.randn(1, 1, 6, 6).round()]:
+        for kernel, stride, padding in [(2, 2, 0), (3, 3, 1), (3, 3, 0)]:
+            got = torch.ops.aten.max_pool2d_with_indices(x.openreg(), [kernel] * 2, [stride] * 2, [padding] * 2)
+            expected = torch.ops.aten.max_pool2d_with_indices(x, [kernel] * 2, [stride] * 2, [padding] * 2)
+            assert torch.equal(got[0].cpu(), expected[0]) and torch.equal(got[1].cpu(), expected[1]), (x, kernel)
 
 
 def test_pooling_bad_input_raises_what_cpu_raises():

@@ -6,7 +6,7 @@
 //!
 //! Operands are contiguous float32; 1-D and 2-D convolutions are 3-D ones with size-1 dimensions.
 
-use super::matmul::{View, gemm_f32};
+use super::matmul::{View, dot_rows, gemm_f32, prefer_dot_rows};
 use super::pool;
 use crate::ffi::ffi::{Conv, ConvShape};
 
@@ -112,6 +112,13 @@ fn for_each_line(g: &Geometry, mut visit: impl FnMut(usize, Option<usize>, std::
 
 /// Unrolls one group's input (`in_channels` planes) into its `rows() x positions()` columns.
 fn im2col(g: &Geometry, input: &[f32], columns: &mut [f32]) {
+    if !im2col_same(g, input, columns) {
+        im2col_lines(g, input, columns);
+    }
+}
+
+/// [`im2col`] a line at a time.
+fn im2col_lines(g: &Geometry, input: &[f32], columns: &mut [f32]) {
     let (width, stride) = (g.output[2], g.stride[2]);
     for_each_line(g, |line, source, range, offset| {
         let dst = &mut columns[line * width..][..width];
@@ -128,6 +135,59 @@ fn im2col(g: &Geometry, input: &[f32], columns: &mut [f32]) {
             }
         }
     });
+}
+
+/// [`im2col`] for unit stride along the last two dimensions and lines as wide as the input's
+/// (a "same" convolution): a tap's lines are then the input's lines shifted by one offset, so
+/// they are copied as one block, and the entries that wrapped around from a neighbouring line
+/// are zeroed after. A copy per line of 16 elements was a library call per 16 elements.
+fn im2col_same(g: &Geometry, input: &[f32], columns: &mut [f32]) -> bool {
+    let ([k0, k1, k2], [o0, o1, o2], [i0, i1, i2]) = (g.kernel, g.output, g.input);
+    let (s, p, d) = (g.stride, g.padding, g.dilation);
+    if s[1] != 1 || s[2] != 1 || o2 != i2 {
+        return false;
+    }
+    let mut tap = columns.chunks_exact_mut(o1 * o2);
+    for c in 0..g.in_channels {
+        for a in 0..k0 {
+            for b in 0..k1 {
+                let down = (b * d[1]) as isize - p[1] as isize;
+                let lines = inside(down, 1, i1, o1);
+                for e in 0..k2 {
+                    let offset = (e * d[2]) as isize - p[2] as isize;
+                    let range = inside(offset, 1, i2, o2);
+                    for x in 0..o0 {
+                        let dst = tap.next().expect("rows() * output[0] taps");
+                        let y0 = (x * s[0] + a * d[0]) as isize - p[0] as isize;
+                        if !(0..i0 as isize).contains(&y0) || lines.is_empty() || range.is_empty() {
+                            dst.fill(0.0);
+                            continue;
+                        }
+                        let (head, rest) = dst.split_at_mut(lines.start * o2);
+                        let (block, tail) = rest.split_at_mut(lines.len() * o2);
+                        head.fill(0.0);
+                        tail.fill(0.0);
+                        // Entry `o` of the block's line `y` reads input line `y + lines.start +
+                        // down` at `o + offset`: one contiguous run from the first line's first
+                        // entry inside to the last line's last.
+                        let first = (c * i0 + y0 as usize) * i1 * i2;
+                        let first = first as isize + (lines.start as isize + down) * i2 as isize + offset;
+                        let (lo, hi) = (range.start, block.len() - (o2 - range.end));
+                        block[lo..hi].copy_from_slice(&input[(first + lo as isize) as usize..][..hi - lo]);
+                        block[..lo].fill(0.0);
+                        block[hi..].fill(0.0);
+                        if range.len() < o2 {
+                            for line in block.chunks_exact_mut(o2) {
+                                line[..range.start].fill(0.0);
+                                line[range.end..].fill(0.0);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    true
 }
 
 /// The reverse of [`im2col`]: adds each column entry into the input element it was read from.
@@ -431,21 +491,27 @@ impl Convolution {
                 for group in 0..g.groups {
                     // SAFETY: as in `sample`; only read here.
                     let input = unsafe { slice(self.input, (n * g.groups + group) * cin * pixels, cin * pixels) };
-                    let cols = if g.pointwise() {
-                        input.as_ptr() as usize
+                    let cols: &[f32] = if g.pointwise() {
+                        input
                     } else {
                         columns.resize(rows * positions, 0.0);
                         im2col(&g, input, &mut columns);
-                        columns.as_ptr() as usize
+                        &columns
                     };
-                    let output = self.output + (n * g.groups + group) * cout * positions * 4;
-                    let dst = sum[group * cout * rows..].as_mut_ptr() as usize;
+                    // SAFETY: as for the input.
+                    let output = unsafe { slice(self.output, (n * g.groups + group) * cout * positions, cout * positions) };
+                    let dst = &mut sum[group * cout * rows..][..cout * rows];
                     // dst [cout, rows] += output [cout, positions] @ colsᵀ [positions, rows]
-                    unsafe {
-                        gemm_f32(cout, rows, positions, View { ptr: dst, rs: rows as isize, cs: 1 }, true,
-                                 View { ptr: output, rs: positions as isize, cs: 1 },
-                                 View { ptr: cols, rs: 1, cs: positions as isize })
-                    };
+                    if prefer_dot_rows(cout, rows, positions) {
+                        dot_rows(output, cols, positions, dst);
+                    } else {
+                        // SAFETY: three distinct buffers of these sizes.
+                        unsafe {
+                            gemm_f32(cout, rows, positions, View { ptr: dst.as_mut_ptr() as usize, rs: rows as isize, cs: 1 }, true,
+                                     View { ptr: output.as_ptr() as usize, rs: positions as isize, cs: 1 },
+                                     View { ptr: cols.as_ptr() as usize, rs: 1, cs: positions as isize })
+                        };
+                    }
                 }
             }
             *sums[p].lock().unwrap_or_else(|e| e.into_inner()) = sum;
@@ -483,6 +549,36 @@ mod tests {
             }
         }
         out
+    }
+
+    /// The block copies of `im2col_same` against the line-at-a-time path, on every shape of
+    /// padding, dilation and size that takes them (wrapped entries, taps wholly in padding).
+    #[test]
+    fn im2col_same_matches_im2col_lines() {
+        let mut tried = 0;
+        for (kernel, dilation, pad, size) in [
+            ([1, 3, 3], 1, 1, [1, 5, 7]), ([1, 3, 3], 2, 2, [1, 6, 6]), ([3, 3, 3], 1, 1, [4, 3, 5]),
+            ([1, 1, 5], 1, 2, [1, 1, 9]), ([1, 5, 5], 1, 2, [1, 2, 3]), ([1, 4, 4], 1, 3, [1, 2, 2]),
+            ([1, 3, 3], 1, 1, [1, 1, 1]), ([2, 3, 3], 3, 3, [3, 4, 4]),
+        ] {
+            // Padding `pad` on the last two dimensions keeps a line's width when
+            // 2 * pad == dilation * (kernel - 1); otherwise the output is narrower or wider.
+            let output = |i: usize, k: usize, p: usize| i + 2 * p - dilation * (k - 1);
+            let g = Geometry {
+                batch: 1, groups: 1, in_channels: 2, out_channels: 1,
+                input: size,
+                output: [output(size[0], kernel[0], 0), output(size[1], kernel[1], pad), output(size[2], kernel[2], pad)],
+                kernel, stride: [1; 3], padding: [0, pad, pad], dilation: [1, dilation, dilation],
+            };
+            let input: Vec<f32> = (0..2 * g.pixels()).map(|v| v as f32 + 1.0).collect();
+            let (mut same, mut lines) = (vec![f32::NAN; g.rows() * g.positions()], vec![f32::NAN; g.rows() * g.positions()]);
+            im2col_lines(&g, &input, &mut lines);
+            if im2col_same(&g, &input, &mut same) {
+                assert_eq!(same, lines, "{g:?}");
+                tried += 1;
+            }
+        }
+        assert!(tried >= 6, "only {tried} shapes took the block path");
     }
 
     #[test]
