@@ -373,6 +373,9 @@ impl Convolution {
         if self.winograd() {
             return self.winograd_forward(parts);
         }
+        if self.input_gradient_as_forward() {
+            return;
+        }
         match self.op {
             Conv::BackwardWeight => self.weight_gradient(parts),
             _ => pool::run(parts, |p| {
@@ -388,19 +391,60 @@ impl Convolution {
         }
     }
 
+    // ANCHOR: input_gradient
+    /// With unit stride, the input gradient is itself a convolution: the output gradient
+    /// correlated with the weight flipped in every spatial dimension, input and output channels
+    /// swapped, padded by `dilation * (kernel - 1) - padding`. Run as one, it takes the forward's
+    /// paths: one long product over (channels x taps) and Winograd with channels enough, where
+    /// the backward's product ran over the output channels alone (32 for the CNN's second
+    /// layer) and `col2im` folded 9 copies of the result back. Returns whether it ran.
+    fn input_gradient_as_forward(&self) -> bool {
+        let g = self.geometry;
+        let pad: [Option<usize>; 3] = std::array::from_fn(|d| (g.dilation[d] * (g.kernel[d] - 1)).checked_sub(g.padding[d]));
+        let [Some(p0), Some(p1), Some(p2)] = pad else { return false };
+        let fits = (0..3).all(|d| g.input[d] + g.dilation[d] * (g.kernel[d] - 1) == g.output[d] + 2 * [p0, p1, p2][d]);
+        if self.op != Conv::BackwardInput || g.stride != [1; 3] || !fits {
+            return false;
+        }
+        let (cin, cout, taps) = (g.in_channels, g.out_channels, g.kernel.iter().product::<usize>());
+        // SAFETY: the launch checked the weight's `groups * cout * cin * taps` elements.
+        let weight = unsafe { slice(self.weight, 0, g.groups * cout * cin * taps) };
+        // [groups, cout, cin, taps] -> [groups, cin, cout, taps reversed]
+        let mut flipped = vec![0.0f32; weight.len()];
+        for (at, w) in weight.chunks_exact(taps).enumerate() {
+            let (group, o, i) = (at / (cout * cin), at / cin % cout, at % cin);
+            let dst = &mut flipped[((group * cin + i) * cout + o) * taps..][..taps];
+            for (d, &w) in dst.iter_mut().rev().zip(w) {
+                *d = w;
+            }
+        }
+        let geometry = Geometry { in_channels: cout, out_channels: cin, input: g.output, output: g.input, padding: [p0, p1, p2], ..g };
+        let forward = Convolution { op: Conv::Forward, geometry, input: self.output, output: self.input, weight: flipped.as_ptr() as usize, bias: 0 };
+        if !forward.winograd() {
+            return false;
+        }
+        forward.run();
+        true
+    }
+    // ANCHOR_END: input_gradient
+
     /// Whether the forward pass goes through [`Winograd`]: a 2-D 3x3 kernel with unit stride
-    /// and dilation, and channels enough that 2.25x fewer multiplies pay for the transforms
-    /// (with 16 input channels the transforms cost more than they saved).
+    /// and dilation, and products large enough that 2.25x fewer multiplies pay for the
+    /// transforms. Each of its 16 products is [C_out, C_in] @ [C_in, tiles]: with 16 input
+    /// channels, or few tiles (planes under about 22x22) and fewer than 128 channels, `gemm`
+    /// runs them too slowly (8x8 planes of 64 channels: 445 us against im2col's 296).
     fn winograd(&self) -> bool {
         let g = &self.geometry;
+        let tiles = g.output[1].div_ceil(2) * g.output[2].div_ceil(2);
+        let fewer = g.in_channels.min(g.out_channels);
         self.op == Conv::Forward
             && g.kernel == [1, 3, 3]
             && g.stride == [1; 3]
             && g.dilation == [1; 3]
             && g.input[0] == 1
             && g.padding[0] == 0
-            && g.in_channels >= 32
-            && g.out_channels >= 32
+            && fewer >= 32
+            && (fewer >= 128 || tiles >= 128)
     }
 
     fn winograd_forward(&self, parts: usize) {
@@ -584,7 +628,8 @@ mod tests {
     #[test]
     fn winograd_matches_the_definition() {
         // Odd and even planes (partial tiles), padding 0, 1 and more than the kernel.
-        for ([n, cin, h, wd], cout, pad) in [([2, 32, 7, 9], 32, 1), ([1, 40, 4, 4], 33, 0), ([1, 32, 2, 3], 32, 3)] {
+        // Planes with 128 tiles or more, or 128 channels each side (what `winograd()` takes).
+        for ([n, cin, h, wd], cout, pad) in [([2, 32, 23, 21], 32, 1), ([1, 130, 4, 4], 128, 0), ([1, 128, 2, 3], 129, 3)] {
             let x: Vec<f32> = (0..n * cin * h * wd).map(|i| ((i * 37 % 101) as f32) / 50.0 - 1.0).collect();
             let w: Vec<f32> = (0..cout * cin * 9).map(|i| ((i * 53 % 97) as f32) / 48.0 - 1.0).collect();
             let (oh, ow) = (h + 2 * pad - 2, wd + 2 * pad - 2);
