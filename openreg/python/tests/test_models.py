@@ -401,7 +401,8 @@ NORMS = {
 def valid_norm_cases():
     """(name, shape) pairs CPU accepts: training statistics need more than one value per set."""
     for name in NORMS:
-        for shape in [(4, 6), (3, 4, 5), (2, 4, 3, 5), (1, 2, 1, 1), (0, 4, 3)]:
+        # (5, 38) and (2, 4, 64): rows long enough for the 16-lane loops, and a tail
+        for shape in [(4, 6), (3, 4, 5), (2, 4, 3, 5), (1, 2, 1, 1), (0, 4, 3), (5, 38), (2, 4, 64)]:
             per_set = {"batch_norm_train": shape[0] * math.prod(shape[2:]), "group_norm": math.prod(shape[1:]) // 2}
             if per_set.get(name, 2) > 1 and not (name == "layer_norm_2d" and len(shape) < 3):
                 yield name, shape
@@ -422,6 +423,18 @@ def test_normalization_forward_and_backward(name, shape, affine, dtype, device):
         assert got.shape == shape
         return
     grads_against_cpu(lambda x, w, b: fn(x, w, b), [x, w, b], device, dtype)
+
+
+def test_layer_norm_parameter_gradients_alone():
+    # Without an input gradient the backward computes only the weight's and the bias's.
+    x, w, b = torch.randn(7, 40), torch.randn(40), torch.randn(40)
+    grads = {}
+    for device in ["cpu", "openreg"]:
+        wd, bd = w.to(device).detach().requires_grad_(), b.to(device).detach().requires_grad_()
+        F.layer_norm(x.to(device), (40,), wd, bd).pow(2).sum().backward()
+        grads[device] = (wd.grad.cpu(), bd.grad.cpu())
+    for got, expected in zip(grads["openreg"], grads["cpu"]):
+        torch.testing.assert_close(got, expected)
 
 
 def test_normalization_of_other_layouts_and_mixed_dtypes():
