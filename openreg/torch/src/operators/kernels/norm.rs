@@ -49,6 +49,29 @@ fn sum(x: &[f32], f: impl Fn(f32) -> f32) -> f64 {
     lanes_total(acc) + rest.iter().map(|&v| f(v) as f64).sum::<f64>()
 }
 
+/// [`sum`] for short rows (a few chunks of 16): one register of partial sums, folded in
+/// registers. `sum`'s fold reads its sums back from memory right after storing them as whole
+/// vectors, and that reload waited for the store: a third of a 64-element row's time.
+#[inline(always)]
+fn short_sum(x: &[f32], f: impl Fn(f32) -> f32) -> f64 {
+    let mut acc = [0.0f32; LANES];
+    let (chunks, rest) = x.as_chunks::<LANES>();
+    for c in chunks {
+        for i in 0..LANES {
+            acc[i] += f(c[i]);
+        }
+    }
+    f64::from(fold(acc)) + rest.iter().map(|&v| f(v) as f64).sum::<f64>()
+}
+
+/// One register's lanes added pairwise, in registers.
+#[inline(always)]
+fn fold(acc: [f32; LANES]) -> f32 {
+    let half: [f32; 8] = std::array::from_fn(|i| acc[i] + acc[i + 8]);
+    let quarter: [f32; 4] = std::array::from_fn(|i| half[i] + half[i + 4]);
+    (quarter[0] + quarter[2]) + (quarter[1] + quarter[3])
+}
+
 /// The partial sums' total: the chains added lane by lane (one SIMD addition each), then the
 /// lanes pairwise (added in a row, 16 dependent additions per sum, and each row has two sums:
 /// for rows of 64 that was most of the time).
@@ -381,8 +404,13 @@ unsafe fn normalize_avx2(x: &[f32], y: &mut [f32], w: &[f32], b: &[f32], s: usiz
 #[inline(always)]
 fn normalize_any(x: &[f32], y: &mut [f32], w: &[f32], b: &[f32], s: usize, eps: f64) -> (f32, f32) {
     let n = x.len().max(1) as f64;
-    let m = (sum(x, |v| v) / n) as f32;
-    let rs = (1.0 / (sum(x, |v| (v - m) * (v - m)) / n + eps).sqrt()) as f32;
+    let (m, rs) = if x.len() <= 4 * LANES {
+        let m = (short_sum(x, |v| v) / n) as f32;
+        (m, (1.0 / (short_sum(x, |v| (v - m) * (v - m)) / n + eps).sqrt()) as f32)
+    } else {
+        let m = (sum(x, |v| v) / n) as f32;
+        (m, (1.0 / (sum(x, |v| (v - m) * (v - m)) / n + eps).sqrt()) as f32)
+    };
     if s == 1 {
         for (((y, &x), &w), &b) in y.iter_mut().zip(x).zip(w).zip(b) {
             *y = (x - m) * rs * w + b;
@@ -461,8 +489,8 @@ fn layer_norm_row_backward_any(x: &[f32], dy: &[f32], w: &[f32], (m, rs): (f32, 
     }
     let Some(gi) = gi else { return };
     let count = n.max(1) as f64;
-    let a = ((lanes_total([a, [0.0; LANES], [0.0; LANES], [0.0; LANES]]) + ra as f64) / count) as f32;
-    let b = ((lanes_total([b, [0.0; LANES], [0.0; LANES], [0.0; LANES]]) + rb as f64) / count) as f32;
+    let a = ((f64::from(fold(a)) + ra as f64) / count) as f32;
+    let b = ((f64::from(fold(b)) + rb as f64) / count) as f32;
     for (((gi, &x), &dy), &w) in gi[..n].iter_mut().zip(x).zip(dy).zip(w) {
         *gi = rs * (dy * w - a - (x - m) * rs * b);
     }
