@@ -210,9 +210,8 @@ def async_overlap(rank, world):
     dist.destroy_process_group()
 
 
-def default_backends(rank, world):
-    """init_process_group() with no backend picks occl for openreg; "cpu:gloo,openreg:occl"
-    serves both; init_device_mesh("openreg") works."""
+def default_backend(rank, world):
+    """init_process_group() with no backend picks occl for openreg."""
     init(rank, world, backend=None)
     assert "openreg:occl" in dist.get_backend_config(), dist.get_backend_config()
     from torch_openreg.openreg.distributed import ProcessGroupOCCL
@@ -222,6 +221,12 @@ def default_backends(rank, world):
     dist.all_reduce(t)
     same(t, torch.full((3,), float(world)), "default backend")
     dist.destroy_process_group()
+
+
+def mixed_backends(rank, world):
+    """"cpu:gloo,openreg:occl" serves both devices; init_device_mesh("openreg") works. (A
+    scenario of its own, with its own port: a second init_process_group on the first one's
+    port could reach the first store before its owner closed it, and wait forever.)"""
     init(rank, world, backend="cpu:gloo,openreg:occl")
     c, d = torch.ones(2), torch.ones(2, device=device(rank))
     dist.all_reduce(c)

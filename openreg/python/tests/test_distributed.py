@@ -40,7 +40,11 @@ def run(scenario: str, world: int, timeout: float = 120, exits=None, env=None):
         for p in procs:
             outputs.append(p.communicate(timeout=timeout)[0])
     except subprocess.TimeoutExpired:
-        pytest.fail(f"{scenario} with {world} ranks did not finish within {timeout} s")
+        for p in procs:  # stop them all, then show what each had printed
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+        report = "\n".join(f"--- rank {r}\n{p.communicate()[0]}" for r, p in enumerate(procs))
+        pytest.fail(f"{scenario} with {world} ranks did not finish within {timeout} s\n{report}")
     finally:
         for p in procs:  # no process is left behind, whatever happened
             if p.poll() is None:
@@ -70,7 +74,8 @@ def test_async_collective_overlaps_with_compute_on_another_stream():
 
 
 def test_default_backend_mixed_backends_and_device_mesh():
-    run("default_backends", 2)
+    run("default_backend", 2)
+    run("mixed_backends", 2)
 
 
 def test_bad_input_raises_and_the_group_survives_or_is_replaced():
