@@ -380,7 +380,7 @@ impl Convolution {
             Conv::BackwardWeight => self.weight_gradient(parts),
             _ => pool::run(parts, |p| {
                 let mut columns = Vec::new();
-                for n in (p..g.batch).step_by(parts) {
+                for n in pool::share(p, parts, g.batch) {
                     for group in 0..g.groups {
                         // SAFETY: the launch checked every operand's size against the geometry;
                         // parts own disjoint samples.
@@ -456,7 +456,7 @@ impl Convolution {
         let u: Vec<Vec<f32>> = weight.chunks_exact(cout * cin * 9).map(|f| Winograd::filters(f, cout, cin)).collect();
         pool::run(parts, |p| {
             let (mut scratch, mut v, mut m) = (Vec::new(), vec![0.0f32; 16 * cin * tiles], vec![0.0f32; 16 * cout * tiles]);
-            for n in (p..g.batch).step_by(parts) {
+            for n in pool::share(p, parts, g.batch) {
                 for group in 0..g.groups {
                     let sample = n * g.groups + group;
                     // SAFETY: as in `sample`; parts own disjoint samples.
@@ -531,7 +531,7 @@ impl Convolution {
         let sums: Vec<std::sync::Mutex<Vec<f32>>> = (0..parts).map(|_| Default::default()).collect();
         pool::run(parts, |p| {
             let (mut columns, mut sum) = (Vec::new(), vec![0.0f32; size]);
-            for n in (p..g.batch).step_by(parts) {
+            for n in pool::share(p, parts, g.batch) {
                 for group in 0..g.groups {
                     // SAFETY: as in `sample`; only read here.
                     let input = unsafe { slice(self.input, (n * g.groups + group) * cin * pixels, cin * pixels) };

@@ -140,7 +140,7 @@ impl Normalization {
         let parts = Self::parts(n * g, len);
         pool::run(parts, |p| {
             let (mut sx, mut sy) = (Vec::new(), Vec::new());
-            for r in (p..n * g).step_by(parts) {
+            for r in pool::share(p, parts, n * g) {
                 // SAFETY: rows are disjoint per part; sizes were checked at launch.
                 unsafe {
                     let x = read(input, r * len, len, &mut sx);
@@ -169,7 +169,7 @@ impl Normalization {
             let (mut xhat, mut dxhat) = (Vec::new(), Vec::new());
             // With a weight per element: float32 sums over this part's rows, added in float64 after.
             let (mut lw, mut lb) = (vec![0.0f32; if s == 1 { c } else { 0 }], vec![0.0f32; if s == 1 { c } else { 0 }]);
-            for r in (p..n * g).step_by(parts) {
+            for r in pool::share(p, parts, n * g) {
                 // SAFETY: as in group_norm.
                 unsafe {
                     let x = read(input, r * len, len, &mut sx);
@@ -270,7 +270,7 @@ impl Normalization {
         let parts = Self::parts(c, count);
         pool::run(parts, |p| {
             let (mut sx, mut sy) = (Vec::new(), Vec::new());
-            for ch in (p..c).step_by(parts) {
+            for ch in pool::share(p, parts, c) {
                 // SAFETY: channel `ch` of every sample, disjoint per part; checked at launch.
                 unsafe {
                     let (m, invstd) = if training {
@@ -328,7 +328,7 @@ impl Normalization {
         let parts = Self::parts(c, count);
         pool::run(parts, |p| {
             let (mut sx, mut sg, mut sy) = (Vec::new(), Vec::new(), Vec::new());
-            for ch in (p..c).step_by(parts) {
+            for ch in pool::share(p, parts, c) {
                 let (m, is, w) = (mean[ch], invstd[ch], weight[ch]);
                 // SAFETY: as in batch_norm.
                 unsafe {

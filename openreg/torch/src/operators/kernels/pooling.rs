@@ -83,7 +83,7 @@ impl Pooling {
         let divide = |count: usize| if s.divisor != 0 { s.divisor as f32 } else { count as f32 };
         pool::run(parts, |p| {
             let (mut a, mut b) = (Vec::new(), Vec::new());
-            for plane in (p..planes).step_by(parts) {
+            for plane in pool::share(p, parts, planes) {
                 // SAFETY: one plane of each operand, disjoint per part; sizes checked at launch.
                 unsafe {
                     if !backward {

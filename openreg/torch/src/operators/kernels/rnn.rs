@@ -166,7 +166,7 @@ impl RnnCell {
         let parts = pool::threads().min((self.batch * h * 4).div_ceil(ROWS_PER_PART)).max(1);
         pool::run(parts, |p| {
             let mut rows: Vec<Vec<f32>> = layout.iter().map(|&(w, _)| vec![0.0; w * h]).collect();
-            for b in (p..self.batch).step_by(parts) {
+            for b in pool::share(p, parts, self.batch) {
                 // The row's address; 0 stays 0 (an absent operand).
                 let at = |k: usize| {
                     let ((ptr, dtype), (w, per_row)) = (self.slots[k], layout[k]);
