@@ -8,6 +8,7 @@
 //! running sum is a chain the compiler may not reorder), and on CPUs with AVX2 the same code is
 //! compiled a second time for 8-wide registers and chosen at run time.
 
+use std::ops::Range;
 use std::sync::OnceLock;
 
 use super::dtype::{self, Dtype};
@@ -19,8 +20,9 @@ use crate::ffi::ffi::Softmax;
 const BLOCK: usize = 256;
 /// Elements per parallel part, at least.
 const PARALLEL: usize = 1 << 15;
-/// Rows up to this long are done [`ROWS`] at a time, one row per SIMD lane.
-const SHORT: usize = 64;
+/// Rows up to this long are done [`ROWS`] at a time, one row per SIMD lane. Longer ones go
+/// one at a time: measured, rows of 48 were quicker that way, rows of 40 transposed.
+const SHORT: usize = 40;
 const ROWS: usize = 16;
 
 /// An operand: runtime-view address and dtype.
@@ -66,19 +68,9 @@ impl SoftmaxKernel {
                 acc: [0.0; BLOCK],
                 max: [0.0; BLOCK],
             };
-            for u in start..start + count {
-                if short {
-                    let rows = ROWS.min(self.outer - u * ROWS);
-                    // SAFETY: as below.
-                    unsafe { self.unit_dispatch(u * ROWS, 0, rows, &mut scratch) };
-                    continue;
-                }
-                let (o, b) = (u / blocks, u % blocks);
-                let lanes = b * width..(b * width + width).min(self.inner);
-                // SAFETY: C++ checked each operand's `outer * size * inner` elements against
-                // its live allocation; units write disjoint elements.
-                unsafe { self.unit_dispatch(o, lanes.start, lanes.len(), &mut scratch) };
-            }
+            // SAFETY: C++ checked each operand's `outer * size * inner` elements against its
+            // live allocation; units write disjoint elements.
+            unsafe { self.units_dispatch(start..start + count, blocks, width, &mut scratch) };
         });
     }
 
@@ -96,42 +88,54 @@ impl SoftmaxKernel {
     }
 
     // ANCHOR: dispatch
-    /// Runs [`Self::unit`] compiled for the widest registers the CPU has (checked once).
-    unsafe fn unit_dispatch(&self, o: usize, lane: usize, n: usize, scratch: &mut Scratch) {
+    /// Runs [`Self::units`] compiled for the widest registers the CPU has (checked once).
+    unsafe fn units_dispatch(&self, units: Range<usize>, blocks: usize, width: usize, scratch: &mut Scratch) {
         #[cfg(target_arch = "x86_64")]
         match simd() {
-            Simd::Avx512 => return unsafe { self.unit_avx512(o, lane, n, scratch) },
-            Simd::Avx2 => return unsafe { self.unit_avx2(o, lane, n, scratch) },
+            Simd::Avx512 => return unsafe { self.units_avx512(units, blocks, width, scratch) },
+            Simd::Avx2 => return unsafe { self.units_avx2(units, blocks, width, scratch) },
             Simd::Baseline => {}
         }
-        unsafe { self.unit::<false>(o, lane, n, scratch) }
+        unsafe { self.units::<false>(units, blocks, width, scratch) }
     }
 
-    /// The same code as [`Self::unit`] (inlined here), compiled with 16-wide registers and FMA.
+    /// The same code as [`Self::units`] (inlined here), compiled with 16-wide registers and FMA.
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx512f,avx2,fma")]
-    unsafe fn unit_avx512(&self, o: usize, lane: usize, n: usize, scratch: &mut Scratch) {
-        unsafe { self.unit::<true>(o, lane, n, scratch) }
+    unsafe fn units_avx512(&self, units: Range<usize>, blocks: usize, width: usize, scratch: &mut Scratch) {
+        unsafe { self.units::<true>(units, blocks, width, scratch) }
     }
 
-    /// The same code as [`Self::unit`] (inlined here), compiled with 8-wide registers and FMA.
+    /// The same code as [`Self::units`] (inlined here), compiled with 8-wide registers and FMA.
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2,fma")]
-    unsafe fn unit_avx2(&self, o: usize, lane: usize, n: usize, scratch: &mut Scratch) {
-        unsafe { self.unit::<true>(o, lane, n, scratch) }
+    unsafe fn units_avx2(&self, units: Range<usize>, blocks: usize, width: usize, scratch: &mut Scratch) {
+        unsafe { self.units::<true>(units, blocks, width, scratch) }
     }
     // ANCHOR_END: dispatch
 
-    /// Lanes `lane..lane + n` of outer index `o`: every step along `size` reads `n` neighbours.
-    /// When `inner` is 1 a lane is a whole row, read `BLOCK` elements at a time instead.
+    /// Units `units`, each `ROWS` short rows, one long row, or a block of `width` lanes of
+    /// `blocks` (the run in one call, so that the choice of code is made once per part).
     #[inline(always)]
-    unsafe fn unit<const FMA: bool>(&self, o: usize, lane: usize, n: usize, scratch: &mut Scratch) {
-        if self.inner == 1 && self.size <= SHORT {
-            return unsafe { self.short_rows::<FMA>(o, n, scratch) };
+    unsafe fn units<const FMA: bool>(&self, units: Range<usize>, blocks: usize, width: usize, scratch: &mut Scratch) {
+        for u in units {
+            unsafe {
+                if self.inner == 1 && self.size <= SHORT {
+                    self.short_rows::<FMA>(u * ROWS, ROWS.min(self.outer - u * ROWS), scratch);
+                } else if self.inner == 1 {
+                    self.row::<FMA>(u, scratch);
+                } else {
+                    let (o, b) = (u / blocks, u % blocks);
+                    let lanes = b * width..(b * width + width).min(self.inner);
+                    self.lanes::<FMA>(o, lanes.start, lanes.len(), scratch);
+                }
+            }
         }
-        if self.inner == 1 {
-            return unsafe { self.row::<FMA>(o, scratch) };
-        }
+    }
+
+    /// Lanes `lane..lane + n` of outer index `o`: every step along `size` reads `n` neighbours.
+    #[inline(always)]
+    unsafe fn lanes<const FMA: bool>(&self, o: usize, lane: usize, n: usize, scratch: &mut Scratch) {
         let Scratch { acc, x, y, max, .. } = scratch;
         let (acc, x, y) = (&mut acc[..n], &mut x.as_flattened_mut()[..n], &mut y.as_flattened_mut()[..n]);
         unsafe {
@@ -164,7 +168,7 @@ impl SoftmaxKernel {
             max.fill(f32::NEG_INFINITY);
             for d in 0..self.size {
                 for (m, &v) in max.iter_mut().zip(self.view(input, o, d, lane, x)) {
-                    *m = nan_max(*m, v);
+                    *m = larger(*m, v);
                 }
             }
             acc.fill(0.0);
@@ -227,7 +231,7 @@ impl SoftmaxKernel {
                 let mut max = [f32::NEG_INFINITY; ROWS];
                 for v in x.iter() {
                     for r in 0..ROWS {
-                        max[r] = nan_max(max[r], v[r]);
+                        max[r] = larger(max[r], v[r]);
                     }
                 }
                 // The exponentials in one loop, their sum in another (see `exp_into`).
@@ -316,21 +320,20 @@ impl SoftmaxKernel {
             let input = self.inputs[0];
             let mut max = f32::NEG_INFINITY;
             for (d, n) in blocks.clone() {
-                max = nan_max(max, max_of(self.view(input, o, d, 0, &mut x[..n])));
+                max = larger(max, max_of(self.view(input, o, d, 0, &mut x[..n])));
             }
             if self.op == Softmax::LogSoftmax {
-                // x - max - ln(sum): the exponentials pass through a scratch block only to be summed.
+                // x - max - ln(sum): the exponentials are only summed.
                 let mut sum = 0f32;
                 for (d, n) in blocks.clone() {
-                    sum += exp_into::<FMA>(self.view(input, o, d, 0, &mut y[..n]), max, &mut short[..n]);
+                    let values = self.view(input, o, d, 0, &mut y[..n]);
+                    sum += sum_pairs(values, values, |v, _| math::exp_with::<FMA>(v - max));
                 }
                 let shift = max + sum.ln(); // once per row: libm's (table-based) is quicker than a polynomial
                 for (d, n) in blocks {
                     let values = self.view(input, o, d, 0, &mut y[..n]);
                     let dst = self.destination(o, d, 0, &mut x[..n]);
-                    for (v, &x) in dst.iter_mut().zip(values) {
-                        *v = x - shift;
-                    }
+                    map_into(values, dst, |x| x - shift);
                     self.finish(o, d, 0, dst);
                 }
                 return;
@@ -354,9 +357,7 @@ impl SoftmaxKernel {
             let scale = 1.0 / sum;
             for (d, n) in blocks {
                 let dst = self.destination(o, d, 0, &mut x[..n]);
-                for (v, &e) in dst.iter_mut().zip(&e[d..d + n]) {
-                    *v = e * scale;
-                }
+                map_into(&e[d..d + n], dst, |e| e * scale);
                 self.finish(o, d, 0, dst);
             }
             if long_row {
@@ -455,56 +456,118 @@ const LANES: usize = 16;
 /// loop that computes the exponentials, that loop's body (an `exp` per lane) is too large for
 /// the compiler to unroll, so it vectorises it as a loop and leaves the partial sums in memory
 /// — a store and a reload per 16 elements, a chain that took a quarter of softmax's time. The
-/// second loop reads `e` back from L1. The exponentials go 16 at a time, the last few padded
-/// to 16: one SIMD `exp` instead of up to 15 scalar ones (rows of 100: a third of the work).
+/// second loop reads `e` back from L1. The exponentials go 16 at a time, the last few as
+/// part of the last 16 (see [`last_lanes`]).
 #[inline(always)]
 fn exp_into<const FMA: bool>(values: &[f32], max: f32, e: &mut [f32]) -> f32 {
-    let ((vc, vt), (ec, et)) = (values.as_chunks::<LANES>(), e.as_chunks_mut::<LANES>());
-    for (v, e) in vc.iter().zip(ec) {
-        for i in 0..LANES {
-            e[i] = math::exp_with::<FMA>(v[i] - max);
-        }
-    }
-    if !vt.is_empty() {
-        let mut pad = [f32::NEG_INFINITY; LANES];
-        pad[..vt.len()].copy_from_slice(vt);
-        for v in pad.iter_mut() {
-            *v = math::exp_with::<FMA>(*v - max);
-        }
-        et.copy_from_slice(&pad[..et.len()]);
-    }
+    map_into(values, e, |v| math::exp_with::<FMA>(v - max));
     sum_pairs(e, e, |e, _| e)
 }
 
-/// `sum(f(a[i], b[i]))`, in `LANES` partial sums.
+/// Whether a slice of `n` elements ends in a partial chunk that is best done as its last
+/// `LANES` elements, overlapping the chunk before: one SIMD step instead of up to 15 scalar
+/// ones (rows of 100: a third of softmax's time went to its last four elements).
+#[inline(always)]
+fn last_lanes(n: usize) -> bool {
+    n % LANES != 0 && n > LANES
+}
+
+/// `dst[i] = f(src[i])`, `LANES` at a time. The last `LANES` are computed before anything is
+/// written, so `dst` may be `src` (an in-place `out=`) even where the two overlap.
+#[inline(always)]
+fn map_into(src: &[f32], dst: &mut [f32], f: impl Fn(f32) -> f32) {
+    let n = dst.len();
+    let src = &src[..n];
+    let mut last = [0f32; LANES];
+    if last_lanes(n) {
+        let tail = &src[n - LANES..];
+        for i in 0..LANES {
+            last[i] = f(tail[i]);
+        }
+    }
+    let ((sc, sr), (dc, dr)) = (src.as_chunks::<LANES>(), dst.as_chunks_mut::<LANES>());
+    for (d, s) in dc.iter_mut().zip(sc) {
+        // Read whole, computed, written whole: element by element, the compiler could not
+        // tell `d` from `s` when both came from raw pointers, and did one lane at a time.
+        let (s, mut out) = (*s, [0f32; LANES]);
+        for i in 0..LANES {
+            out[i] = f(s[i]);
+        }
+        *d = out;
+    }
+    if last_lanes(n) {
+        dst[n - LANES..].copy_from_slice(&last);
+    } else {
+        for (d, &s) in dr.iter_mut().zip(sr) {
+            *d = f(s);
+        }
+    }
+}
+
+/// `sum(f(a[i], b[i]))`, in `LANES` partial sums. A partial last chunk is added as the last
+/// `LANES` pairs with the lanes counted already masked off.
 #[inline(always)]
 fn sum_pairs(a: &[f32], b: &[f32], f: impl Fn(f32, f32) -> f32) -> f32 {
     let mut acc = [0f32; LANES];
     let n = a.len().min(b.len());
     let ((ca, ra), (cb, rb)) = (a[..n].as_chunks::<LANES>(), b[..n].as_chunks::<LANES>());
     for (x, y) in ca.iter().zip(cb) {
+        let (x, y) = (*x, *y);
         for i in 0..LANES {
             acc[i] += f(x[i], y[i]);
         }
     }
+    let mut tail = 0.0;
+    if last_lanes(n) {
+        // Keep lane i when i >= LANES - ra.len(): a window on `LANES` zero masks, then ones.
+        let keep = &KEEP[ra.len()..ra.len() + LANES];
+        let (x, y) = (&a[n - LANES..n], &b[n - LANES..n]);
+        for i in 0..LANES {
+            acc[i] += f32::from_bits(f(x[i], y[i]).to_bits() & keep[i]);
+        }
+    } else {
+        tail = ra.iter().zip(rb).map(|(&x, &y)| f(x, y)).sum();
+    }
     // Stored once as a whole: without this, inside the big kernels the compiler packed the
     // 16 running sums as eight 2-wide vectors (to suit the pairwise additions after the loop).
-    let acc = std::hint::black_box(acc);
-    let tail: f32 = ra.iter().zip(rb).map(|(&x, &y)| f(x, y)).sum();
     tree(acc, |a, b| a + b) + tail
 }
 
-/// The maximum of `values` (NaN if any is), in `LANES` partial maxima.
+/// Bit masks: `LANES` that drop a lane, then `LANES` that keep it.
+static KEEP: [u32; 2 * LANES] = {
+    let mut keep = [0u32; 2 * LANES];
+    let mut i = LANES;
+    while i < 2 * LANES {
+        keep[i] = u32::MAX;
+        i += 1;
+    }
+    keep
+};
+
+/// The maximum of `values`, in `LANES` partial maxima. A NaN is skipped here: it reaches the
+/// sum of exponentials instead, which makes its whole slice NaN, as on the CPU. (A maximum that
+/// carried NaNs was a compare and a blend per step, not one instruction.)
 #[inline(always)]
 fn max_of(values: &[f32]) -> f32 {
     let mut acc = [f32::NEG_INFINITY; LANES];
     let (chunks, rest) = values.as_chunks::<LANES>();
     for c in chunks {
+        let c = *c;
         for i in 0..LANES {
-            acc[i] = nan_max(acc[i], c[i]);
+            acc[i] = larger(acc[i], c[i]);
         }
     }
-    rest.iter().fold(tree(acc, nan_max), |m, &v| nan_max(m, v))
+    if last_lanes(values.len()) {
+        // The last LANES again, overlapping: counting an element twice changes no maximum.
+        let last = &values[values.len() - LANES..];
+        for i in 0..LANES {
+            acc[i] = larger(acc[i], last[i]);
+        }
+        return tree(std::hint::black_box(acc), larger);
+    }
+    // As in `sum_pairs`: kept as one register, not eight 2-wide ones.
+    let acc = std::hint::black_box(acc);
+    rest.iter().fold(tree(acc, larger), |m, &v| larger(m, v))
 }
 
 /// Combines the lanes pairwise, halving their number each time (a few shuffles); adding them
@@ -522,10 +585,10 @@ fn tree(mut acc: [f32; LANES], f: impl Fn(f32, f32) -> f32) -> f32 {
 }
 // ANCHOR_END: lanes
 
-/// The larger of two values; NaN if either is (a NaN input makes its whole slice NaN, as on CPU).
+/// The larger of two values, `b` only if it is larger: one SIMD `max` (a NaN `b` is skipped).
 #[inline(always)]
-fn nan_max(a: f32, b: f32) -> f32 {
-    if a.is_nan() || b.is_nan() { f32::NAN } else { a.max(b) }
+fn larger(a: f32, b: f32) -> f32 {
+    if b > a { b } else { a }
 }
 
 /// [`backward_value`] over a block, the choice of formula made once outside the loop.
@@ -589,7 +652,10 @@ mod tests {
     #[test]
     fn matches_the_definition_along_rows_and_middle_dimensions() {
         // inner == 1 (rows longer and shorter than a block), and inner > BLOCK (two lane blocks).
-        for (outer, size, inner) in [(3, 700, 1), (4, 33, 1), (2, 5, 300), (1, 1, 1)] {
+        // Rows: short (transposed), just past SHORT, with and without a partial last 16, with a
+        // last block of fewer than 16 (260 = 256 + 4).
+        let rows = [(4, 33, 1), (3, 41, 1), (5, 48, 1), (3, 100, 1), (2, 260, 1), (3, 700, 1), (2, 17, 1)];
+        for (outer, size, inner) in rows.into_iter().chain([(2, 5, 300), (1, 1, 1)]) {
             let x: Vec<f32> = (0..outer * size * inner).map(|i| ((i * 37 % 101) as f32) / 10.0 - 5.0).collect();
             let want = reference(&x, outer, size, inner);
             let soft = run(Softmax::Softmax, outer, size, inner, &[&x]);
@@ -602,6 +668,42 @@ mod tests {
             let ones = vec![1f32; x.len()];
             let grad = run(Softmax::SoftmaxBackward, outer, size, inner, &[&ones, &soft]);
             assert!(grad.iter().all(|g| g.abs() < 1e-5));
+        }
+    }
+
+    #[test]
+    fn in_place_rows_match_out_of_place() {
+        for size in [41, 100, 260] {
+            let x: Vec<f32> = (0..3 * size).map(|i| ((i * 53 % 97) as f32) / 7.0 - 6.0).collect();
+            for op in [Softmax::Softmax, Softmax::LogSoftmax] {
+                let want = run(op, 3, size, 1, &[&x]);
+                let mut data = x.clone();
+                let kernel = SoftmaxKernel {
+                    lse: 0,
+                    op,
+                    out: (data.as_mut_ptr() as usize, Dtype::Float),
+                    inputs: vec![(data.as_ptr() as usize, Dtype::Float)],
+                    outer: 3,
+                    size,
+                    inner: 1,
+                };
+                kernel.run();
+                assert_eq!(data, want, "{op:?} rows of {size}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_nan_anywhere_in_a_long_row_makes_the_row_nan() {
+        // First element, middle, and the overlapped last 16 (elements 84..100 are read twice).
+        for at in [0, 50, 90, 99] {
+            let mut x: Vec<f32> = (0..200).map(|i| (i % 13) as f32 / 3.0).collect();
+            x[at] = f32::NAN;
+            for op in [Softmax::Softmax, Softmax::LogSoftmax] {
+                let out = run(op, 2, 100, 1, &[&x]);
+                assert!(out[..100].iter().all(|v| v.is_nan()), "{op:?} NaN at {at}");
+                assert!(out[100..].iter().all(|v| v.is_finite()), "{op:?} NaN at {at}: second row");
+            }
         }
     }
 
