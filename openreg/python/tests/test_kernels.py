@@ -340,7 +340,7 @@ def test_addmm_beta_zero_ignores_nan_and_in_place():
                                        # lanes split across threads (one block); rows with a tail
                                        ((300, 40), 0), ((5, 100), 1), ((3, 65), 1), ((37, 20), 1),
                                        # one row at a time just past the short rows; a last block under 16
-                                       ((3, 41), 1), ((2, 260), 1)], ids=str)
+                                       ((3, 41), 1), ((2, 260), 1), ((6, 16), 1)], ids=str)
 @pytest.mark.parametrize("op", ["softmax", "log_softmax"])
 def test_softmax_forward_and_backward(op, shape, dim, dtype, device):
     # Seeded: in 16-bit, a forward result one unit in the last place away from the CPU's (a

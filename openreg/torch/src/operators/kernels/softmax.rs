@@ -46,7 +46,7 @@ impl SoftmaxKernel {
     /// Runs on as many threads as the work is worth; a unit is one `(outer, lane block)` pair.
     /// Short rows (`inner == 1`, `size <= SHORT`): a unit is `ROWS` rows.
     pub(crate) fn run(&self) {
-        let short = self.inner == 1 && self.size <= SHORT;
+        let short = self.short();
         // Lanes per unit: a block, or fewer when the blocks are too few to give every thread
         // one (softmax over dim 0 of 4096x64 is a single block: it ran on one thread).
         let threads = super::pool::threads();
@@ -72,6 +72,14 @@ impl SoftmaxKernel {
             // live allocation; units write disjoint elements.
             unsafe { self.units_dispatch(start..start + count, blocks, width, &mut scratch) };
         });
+    }
+
+    /// Whether rows go [`ROWS`] at a time (transposed). The backward has no exponentials to
+    /// spread over the lanes, so the transposes cost it more than they save from rows of 16 on
+    /// (4096 rows of 32: 86 µs transposed, 40 µs one at a time).
+    fn short(&self) -> bool {
+        let backward = matches!(self.op, Softmax::SoftmaxBackward | Softmax::LogSoftmaxBackward);
+        self.inner == 1 && if backward { self.size < LANES } else { self.size <= SHORT }
     }
 
     /// Address of element `(o, d, lane)` of operand `(base, dtype)`.
@@ -120,7 +128,7 @@ impl SoftmaxKernel {
     unsafe fn units<const FMA: bool>(&self, units: Range<usize>, blocks: usize, width: usize, scratch: &mut Scratch) {
         for u in units {
             unsafe {
-                if self.inner == 1 && self.size <= SHORT {
+                if self.short() {
                     self.short_rows::<FMA>(u * ROWS, ROWS.min(self.outer - u * ROWS), scratch);
                 } else if self.inner == 1 {
                     self.row::<FMA>(u, scratch);
@@ -308,11 +316,14 @@ impl SoftmaxKernel {
                         sum_pairs(g, g, |g, _| g)
                     };
                 }
-                let sum = [sum; BLOCK];
                 for (d, n) in blocks {
                     let (g, out) = (self.view(grad, o, d, 0, &mut x[..n]), self.view(output, o, d, 0, &mut y[..n]));
                     let dst = self.destination(o, d, 0, &mut short[..n]);
-                    backward_values::<FMA>(softmax, g, out, &sum[..n], dst);
+                    if softmax {
+                        map2_into(g, out, dst, |g, y| backward_value::<FMA>(Softmax::SoftmaxBackward, g, y, sum));
+                    } else {
+                        map2_into(g, out, dst, |g, y| backward_value::<FMA>(Softmax::LogSoftmaxBackward, g, y, sum));
+                    }
                     self.finish(o, d, 0, dst);
                 }
                 return;
@@ -476,30 +487,36 @@ fn last_lanes(n: usize) -> bool {
 /// written, so `dst` may be `src` (an in-place `out=`) even where the two overlap.
 #[inline(always)]
 fn map_into(src: &[f32], dst: &mut [f32], f: impl Fn(f32) -> f32) {
+    map2_into(src, src, dst, |x, _| f(x));
+}
+
+/// `dst[i] = f(a[i], b[i])`, as [`map_into`].
+#[inline(always)]
+fn map2_into(a: &[f32], b: &[f32], dst: &mut [f32], f: impl Fn(f32, f32) -> f32) {
     let n = dst.len();
-    let src = &src[..n];
+    let (a, b) = (&a[..n], &b[..n]);
     let mut last = [0f32; LANES];
     if last_lanes(n) {
-        let tail = &src[n - LANES..];
+        let (a, b) = (&a[n - LANES..], &b[n - LANES..]);
         for i in 0..LANES {
-            last[i] = f(tail[i]);
+            last[i] = f(a[i], b[i]);
         }
     }
-    let ((sc, sr), (dc, dr)) = (src.as_chunks::<LANES>(), dst.as_chunks_mut::<LANES>());
-    for (d, s) in dc.iter_mut().zip(sc) {
+    let ((ac, ar), (bc, br), (dc, dr)) = (a.as_chunks::<LANES>(), b.as_chunks::<LANES>(), dst.as_chunks_mut::<LANES>());
+    for ((d, a), b) in dc.iter_mut().zip(ac).zip(bc) {
         // Read whole, computed, written whole: element by element, the compiler could not
-        // tell `d` from `s` when both came from raw pointers, and did one lane at a time.
-        let (s, mut out) = (*s, [0f32; LANES]);
+        // tell `d` from `a` when both came from raw pointers, and did one lane at a time.
+        let (a, b, mut out) = (*a, *b, [0f32; LANES]);
         for i in 0..LANES {
-            out[i] = f(s[i]);
+            out[i] = f(a[i], b[i]);
         }
         *d = out;
     }
     if last_lanes(n) {
         dst[n - LANES..].copy_from_slice(&last);
     } else {
-        for (d, &s) in dr.iter_mut().zip(sr) {
-            *d = f(s);
+        for ((d, &a), &b) in dr.iter_mut().zip(ar).zip(br) {
+            *d = f(a, b);
         }
     }
 }
@@ -530,6 +547,7 @@ fn sum_pairs(a: &[f32], b: &[f32], f: impl Fn(f32, f32) -> f32) -> f32 {
     }
     // Stored once as a whole: without this, inside the big kernels the compiler packed the
     // 16 running sums as eight 2-wide vectors (to suit the pairwise additions after the loop).
+    let acc = std::hint::black_box(acc);
     tree(acc, |a, b| a + b) + tail
 }
 
