@@ -311,7 +311,7 @@ def test_reduction_errors_match_cpu():
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("m,k,n", [(5, 7, 3), (64, 128, 32), (1, 1, 1), (4, 0, 3), (0, 3, 2)], ids=str)
+@pytest.mark.parametrize("m,k,n", [(5, 7, 3), (64, 128, 32), (301, 70, 45), (1, 1, 1), (4, 0, 3), (0, 3, 2)], ids=str)
 def test_matmul(m, k, n, dtype, device):
     a, b = torch.randn(m, k).to(dtype), torch.randn(k, n).to(dtype)
     check(torch.mm, a, b, device=device, dtype=dtype)
