@@ -406,23 +406,28 @@ impl Convolution {
         if self.op != Conv::BackwardInput || g.stride != [1; 3] || !fits {
             return false;
         }
+        let geometry = Geometry { in_channels: g.out_channels, out_channels: g.in_channels, input: g.output, output: g.input, padding: [p0, p1, p2], ..g };
+        let mut forward = Convolution { op: Conv::Forward, geometry, input: self.output, output: self.input, weight: 0, bias: 0 };
+        // Asked before the weight is flipped: flipping 512x512 weights, for nothing, had been
+        // half of a 1x1 convolution's input gradient (2.4 ms -> 1.1 ms).
+        if !forward.winograd() {
+            return false;
+        }
         let (cin, cout, taps) = (g.in_channels, g.out_channels, g.kernel.iter().product::<usize>());
         // SAFETY: the launch checked the weight's `groups * cout * cin * taps` elements.
         let weight = unsafe { slice(self.weight, 0, g.groups * cout * cin * taps) };
         // [groups, cout, cin, taps] -> [groups, cin, cout, taps reversed]
         let mut flipped = vec![0.0f32; weight.len()];
-        for (at, w) in weight.chunks_exact(taps).enumerate() {
-            let (group, o, i) = (at / (cout * cin), at / cin % cout, at % cin);
-            let dst = &mut flipped[((group * cin + i) * cout + o) * taps..][..taps];
-            for (d, &w) in dst.iter_mut().rev().zip(w) {
-                *d = w;
+        for (w, f) in weight.chunks_exact(cout * cin * taps).zip(flipped.chunks_exact_mut(cout * cin * taps)) {
+            for (o, w) in w.chunks_exact(cin * taps).enumerate() {
+                for (i, w) in w.chunks_exact(taps).enumerate() {
+                    for (d, &w) in f[(i * cout + o) * taps..][..taps].iter_mut().rev().zip(w) {
+                        *d = w;
+                    }
+                }
             }
         }
-        let geometry = Geometry { in_channels: cout, out_channels: cin, input: g.output, output: g.input, padding: [p0, p1, p2], ..g };
-        let forward = Convolution { op: Conv::Forward, geometry, input: self.output, output: self.input, weight: flipped.as_ptr() as usize, bias: 0 };
-        if !forward.winograd() {
-            return false;
-        }
+        forward.weight = flipped.as_ptr() as usize;
         forward.run();
         true
     }
