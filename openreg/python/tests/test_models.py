@@ -80,6 +80,7 @@ CONVOLUTIONS = [
     (F.conv2d, (2, 128, 3, 3), (130, 128, 3, 3), (130,), dict(padding=3)),  # more padding than input (input gradient: col2im)
     (F.conv2d, (2, 128, 1, 1), (128, 128, 3, 3), None, dict(padding=1)),  # one output position
     (F.conv2d, (1, 32, 22, 24), (32, 32, 3, 3), None, dict(padding=2)),  # its input gradient: padding 0
+    (F.conv2d, (1, 33, 23, 25), (35, 33, 3, 3), (35,), dict(padding=1)),  # one sample over the threads, uneven shares
     (F.conv1d, (2, 3, 10), (5, 3, 3), (5,), dict(stride=2)),
     (F.conv1d, (2, 4, 11), (4, 2, 4), None, dict(groups=2, padding="same", dilation=2)),
     (F.conv3d, (2, 2, 5, 6, 4), (3, 2, 3, 2, 2), (3,), dict(padding=1, stride=(1, 2, 1))),

@@ -6,6 +6,9 @@
 //!
 //! Operands are contiguous float32; 1-D and 2-D convolutions are 3-D ones with size-1 dimensions.
 
+use std::ops::Range;
+use std::sync::Mutex;
+
 use super::matmul::{View, dot_rows, gemm_f32, prefer_dot_rows};
 use super::pool;
 use crate::ffi::ffi::{Conv, ConvShape};
@@ -263,13 +266,15 @@ impl Winograd {
     /// `V[ξ][c][t]` for every input channel and tile, from `input` [C_in, H, W]; `scratch`
     /// holds one zero-padded channel and one row of tiles at a time. Each step is a loop
     /// along a row of tiles, so that it compiles to SIMD code.
-    fn inputs(&self, g: &Geometry, input: &[f32], scratch: &mut Vec<f32>, v: &mut [f32]) {
+    /// Here for `channels` only: `v[ξ]` holds their rows of `V[ξ]`.
+    fn inputs(&self, g: &Geometry, input: &[f32], channels: Range<usize>, scratch: &mut Vec<f32>, v: &mut [&mut [f32]]) {
         let ([_, ih, iw], [_, top, left]) = (g.input, g.padding);
         let (tiles, tw, pw) = (self.tiles(), self.tw, self.pw);
         scratch.clear();
         scratch.resize((self.ph + 4) * pw, 0.0);
         let (padded, t) = scratch.split_at_mut(self.ph * pw);
-        for (c, plane) in input.chunks_exact(ih * iw).enumerate() {
+        let planes = input.chunks_exact(ih * iw).skip(channels.start).take(channels.len());
+        for (c, plane) in planes.enumerate() {
             // Only the border ever holds zeros: each channel overwrites the same interior.
             for (y, row) in plane.chunks_exact(iw).enumerate().take(self.ph.saturating_sub(top)) {
                 let n = iw.min(pw.saturating_sub(left));
@@ -290,14 +295,15 @@ impl Winograd {
                 }
                 // ... then (Bᵀ d) B across each tile's four columns, 2 apart from tile to tile.
                 for (i, row) in [&*t0, &*t1, &*t2, &*t3].into_iter().enumerate() {
-                    let at = |j: usize| ((i * 4 + j) * g.in_channels + c) * tiles + ty * tw;
-                    let (r0, r1, r2, r3) = (at(0), at(1), at(2), at(3));
+                    let [v0, v1, v2, v3] = &mut v[i * 4..i * 4 + 4] else { unreachable!() };
+                    let at = c * tiles + ty * tw;
+                    let (v0, v1, v2, v3) = (&mut v0[at..][..tw], &mut v1[at..][..tw], &mut v2[at..][..tw], &mut v3[at..][..tw]);
                     for x in 0..tw {
                         let (a, b, c, d) = (row[2 * x], row[2 * x + 1], row[2 * x + 2], row[2 * x + 3]);
-                        v[r0 + x] = a - c;
-                        v[r1 + x] = b + c;
-                        v[r2 + x] = c - b;
-                        v[r3 + x] = b - d;
+                        v0[x] = a - c;
+                        v1[x] = b + c;
+                        v2[x] = c - b;
+                        v3[x] = b - d;
                     }
                 }
             }
@@ -305,13 +311,14 @@ impl Winograd {
     }
 
     /// `Aᵀ M A` for every output channel and tile, plus the bias, into `output` [C_out, OH, OW].
-    fn outputs(&self, g: &Geometry, m: &[f32], bias: Option<&[f32]>, scratch: &mut Vec<f32>, output: &mut [f32]) {
+    /// Here for output channels `first..` only, whose planes `output` holds.
+    fn outputs(&self, g: &Geometry, m: &[f32], bias: Option<&[f32]>, first: usize, scratch: &mut Vec<f32>, output: &mut [f32]) {
         let [_, oh, ow] = g.output;
         let (tiles, tw, cout) = (self.tiles(), self.tw, g.out_channels);
         scratch.clear();
         scratch.resize(10 * tw, 0.0);
         let (s, y) = scratch.split_at_mut(8 * tw);
-        for (k, plane) in output.chunks_exact_mut(oh * ow).enumerate() {
+        for (k, plane) in output.chunks_exact_mut(oh * ow).enumerate().map(|(k, p)| (first + k, p)) {
             let b = bias.map_or(0.0, |b| b[k]);
             for ty in 0..self.th {
                 let row = |i: usize, j: usize| &m[((i * 4 + j) * cout + k) * tiles + ty * tw..][..tw];
@@ -360,6 +367,31 @@ pub(crate) struct Convolution {
 ///
 /// # Safety
 /// The range lies in a tensor the launch checked, and no one else writes it meanwhile.
+/// Winograd's matrices V and M, kept from one call to the next. Allocated afresh, their pages
+/// were mapped again on each call, and two threads faulting them in at once took 1.5 ms of a
+/// 2.4 ms convolution (1x128x28x28).
+static SCRATCH: Mutex<Vec<Vec<f32>>> = Mutex::new(Vec::new());
+
+/// A kept buffer of at least `len` elements, or a new one. Its contents are stale: every
+/// element is written before it is read.
+fn scratch(len: usize) -> Vec<f32> {
+    let mut buffer = SCRATCH.lock().unwrap_or_else(|e| e.into_inner()).pop().unwrap_or_default();
+    if buffer.len() < len {
+        buffer.resize(len, 0.0);
+    }
+    buffer
+}
+
+/// Keeps `buffer` for the next call, unless it is large (64 MB and more is given back).
+fn keep(buffer: Vec<f32>) {
+    if buffer.len() < 1 << 24 {
+        let mut kept = SCRATCH.lock().unwrap_or_else(|e| e.into_inner());
+        if kept.len() < 2 * pool::threads() {
+            kept.push(buffer);
+        }
+    }
+}
+
 unsafe fn slice<'a>(at: usize, first: usize, len: usize) -> &'a mut [f32] {
     unsafe { std::slice::from_raw_parts_mut((at as *mut f32).add(first), len) }
 }
@@ -459,29 +491,64 @@ impl Convolution {
         // SAFETY: the launch checked the weight's `groups * cout * cin * 9` elements.
         let weight = unsafe { slice(self.weight, 0, g.groups * cout * cin * 9) };
         let u: Vec<Vec<f32>> = weight.chunks_exact(cout * cin * 9).map(|f| Winograd::filters(f, cout, cin)).collect();
+        // Fewer samples than threads: each sample's three steps are spread over the threads
+        // instead (input channels, the 16 products, output channels). Split inside `gemm`, the
+        // products were 16 hand-offs per sample, and the transforms ran on one thread.
+        let threads = if parts == 1 { pool::threads() } else { 1 };
         pool::run(parts, |p| {
-            let (mut scratch, mut v, mut m) = (Vec::new(), vec![0.0f32; 16 * cin * tiles], vec![0.0f32; 16 * cout * tiles]);
+            let (mut v_buffer, mut m_buffer) = (scratch(16 * cin * tiles), scratch(16 * cout * tiles));
+            let (v, m) = (&mut v_buffer[..16 * cin * tiles], &mut m_buffer[..16 * cout * tiles]);
             for n in pool::share(p, parts, g.batch) {
                 for group in 0..g.groups {
                     let sample = n * g.groups + group;
                     // SAFETY: as in `sample`; parts own disjoint samples.
                     let input = unsafe { slice(self.input, sample * cin * g.pixels(), cin * g.pixels()) };
-                    w.inputs(&g, input, &mut scratch, &mut v);
-                    for xi in 0..16 {
-                        // M[ξ] [cout, tiles] = U[ξ] [cout, cin] @ V[ξ] [cin, tiles]
-                        // SAFETY: three distinct buffers of these sizes.
-                        unsafe {
-                            gemm_f32(cout, tiles, cin, View { ptr: m[xi * cout * tiles..].as_mut_ptr() as usize, rs: tiles as isize, cs: 1 },
-                                     false, View { ptr: u[group][xi * cout * cin..].as_ptr() as usize, rs: cin as isize, cs: 1 },
-                                     View { ptr: v[xi * cin * tiles..].as_ptr() as usize, rs: tiles as isize, cs: 1 })
-                        };
+                    // Each thread its input channels' rows of the 16 matrices V[ξ].
+                    let mut rows: Vec<Vec<&mut [f32]>> = (0..threads).map(|_| Vec::with_capacity(16)).collect();
+                    for matrix in v.chunks_exact_mut(cin * tiles) {
+                        let mut rest = matrix;
+                        for (t, rows) in rows.iter_mut().enumerate() {
+                            let (mine, others) = rest.split_at_mut(pool::share(t, threads, cin).len() * tiles);
+                            rows.push(mine);
+                            rest = others;
+                        }
                     }
+                    let rows: Vec<Mutex<Vec<&mut [f32]>>> = rows.into_iter().map(Mutex::new).collect();
+                    pool::run(threads, |t| {
+                        let mut rows = rows[t].lock().unwrap_or_else(|e| e.into_inner());
+                        w.inputs(&g, input, pool::share(t, threads, cin), &mut Vec::new(), &mut rows);
+                    });
+                    drop(rows);
+                    let at = (m.as_mut_ptr() as usize, v.as_ptr() as usize);
+                    pool::run(threads, |t| {
+                        for xi in pool::share(t, threads, 16) {
+                            // M[ξ] [cout, tiles] = U[ξ] [cout, cin] @ V[ξ] [cin, tiles]
+                            // SAFETY: three distinct buffers of these sizes; threads write distinct M[ξ].
+                            unsafe {
+                                gemm_f32(cout, tiles, cin, View { ptr: at.0 + xi * cout * tiles * 4, rs: tiles as isize, cs: 1 },
+                                         false, View { ptr: u[group][xi * cout * cin..].as_ptr() as usize, rs: cin as isize, cs: 1 },
+                                         View { ptr: at.1 + xi * cin * tiles * 4, rs: tiles as isize, cs: 1 })
+                            };
+                        }
+                    });
                     // SAFETY: as for the input.
                     let out = unsafe { slice(self.output, sample * cout * g.positions(), cout * g.positions()) };
                     let bias = (self.bias != 0).then(|| unsafe { &*slice(self.bias, group * cout, cout) });
-                    w.outputs(&g, &m, bias, &mut scratch, out);
+                    let mut planes = Vec::with_capacity(threads);
+                    let mut rest = out;
+                    for t in 0..threads {
+                        let (mine, others) = rest.split_at_mut(pool::share(t, threads, cout).len() * g.positions());
+                        planes.push(Mutex::new(mine));
+                        rest = others;
+                    }
+                    pool::run(threads, |t| {
+                        let mut planes = planes[t].lock().unwrap_or_else(|e| e.into_inner());
+                        w.outputs(&g, m, bias, pool::share(t, threads, cout).start, &mut Vec::new(), &mut planes);
+                    });
                 }
             }
+            keep(v_buffer);
+            keep(m_buffer);
         });
     }
 
