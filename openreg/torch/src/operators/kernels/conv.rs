@@ -382,9 +382,11 @@ fn scratch(len: usize) -> Vec<f32> {
     buffer
 }
 
-/// Keeps `buffer` for the next call, unless it is large (64 MB and more is given back).
+/// Keeps `buffer` for the next call: two per thread, each under 16 MB (host memory that no
+/// allocator statistic shows, so bounded; a convolution that needs more is large enough that
+/// mapping its pages again costs little beside it).
 fn keep(buffer: Vec<f32>) {
-    if buffer.len() < 1 << 24 {
+    if buffer.len() <= 1 << 22 {
         let mut kept = SCRATCH.lock().unwrap_or_else(|e| e.into_inner());
         if kept.len() < 2 * pool::threads() {
             kept.push(buffer);
