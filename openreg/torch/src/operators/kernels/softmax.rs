@@ -463,12 +463,11 @@ pub(super) fn simd() -> Simd {
 /// AVX-512 register, two AVX2 ones).
 const LANES: usize = 16;
 
-/// `e = exp(values - max)`, and their sum. Two loops on purpose: with the sum inside the
-/// loop that computes the exponentials, that loop's body (an `exp` per lane) is too large for
-/// the compiler to unroll, so it vectorises it as a loop and leaves the partial sums in memory
-/// — a store and a reload per 16 elements, a chain that took a quarter of softmax's time. The
-/// second loop reads `e` back from L1. The exponentials go 16 at a time, the last few as
-/// part of the last 16 (see [`last_lanes`]).
+/// `e = exp(values - max)`, and their sum: softmax keeps `e` for its write pass, and sums it in
+/// a second, small loop that reads it back from L1. (The first version summed inside the
+/// exponentials' loop, element by element, and the compiler kept the partial sums in memory: a
+/// store and a reload per 16 elements, a quarter of softmax's time.) The exponentials go 16 at
+/// a time, the last few as part of the last 16 (see [`last_lanes`]).
 #[inline(always)]
 fn exp_into<const FMA: bool>(values: &[f32], max: f32, e: &mut [f32]) -> f32 {
     map_into(values, e, |v| math::exp_with::<FMA>(v - max));
