@@ -403,13 +403,14 @@ unsafe fn normalize_avx2(x: &[f32], y: &mut [f32], w: &[f32], b: &[f32], s: usiz
 
 #[inline(always)]
 fn normalize_any(x: &[f32], y: &mut [f32], w: &[f32], b: &[f32], s: usize, eps: f64) -> (f32, f32) {
-    let n = x.len().max(1) as f64;
+    // Means by a multiply: a division waits for the sum, and the next pass for it.
+    let per = 1.0 / x.len().max(1) as f64;
     let (m, rs) = if x.len() <= 4 * LANES {
-        let m = (short_sum(x, |v| v) / n) as f32;
-        (m, (1.0 / (short_sum(x, |v| (v - m) * (v - m)) / n + eps).sqrt()) as f32)
+        let m = (short_sum(x, |v| v) * per) as f32;
+        (m, (1.0 / (short_sum(x, |v| (v - m) * (v - m)) * per + eps).sqrt()) as f32)
     } else {
-        let m = (sum(x, |v| v) / n) as f32;
-        (m, (1.0 / (sum(x, |v| (v - m) * (v - m)) / n + eps).sqrt()) as f32)
+        let m = (sum(x, |v| v) * per) as f32;
+        (m, (1.0 / (sum(x, |v| (v - m) * (v - m)) * per + eps).sqrt()) as f32)
     };
     if s == 1 {
         for (((y, &x), &w), &b) in y.iter_mut().zip(x).zip(w).zip(b) {
