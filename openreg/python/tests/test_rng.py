@@ -58,16 +58,16 @@ def test_explicit_generators():
 
 
 def test_generator_of_the_wrong_device():
-    with pytest.raises(RuntimeError, match="Expected a generator on openreg:0 for aten::normal_, but got one on openreg:1"):
+    with pytest.raises(RuntimeError, match="Expected a generator on openreg:0, but got one on openreg:1"):
         torch.randn(3, device="openreg:0", generator=torch.Generator(device="openreg:1"))
-    with pytest.raises(RuntimeError, match="^Expected a 'openreg' device type for generator but found 'cpu' \\(aten::uniform_ runs on openreg:0\\)"):
+    with pytest.raises(RuntimeError, match="^Expected a 'openreg' device type for generator but found 'cpu'"):
         torch.rand(3, device="openreg:0", generator=torch.Generator())
 
 
 def test_bad_states():
     with pytest.raises(TypeError, match="ByteTensor"):
         torch.openreg.set_rng_state([1, 2, 3])
-    with pytest.raises(RuntimeError, match="Expected a CPUGeneratorImplState of size 5056"):
+    with pytest.raises(RuntimeError, match="RNG state is wrong size: expected 16 bytes"):
         torch.openreg.set_rng_state(torch.zeros(10, dtype=torch.uint8))
     with pytest.raises(ValueError, match="expected 2 RNG states"):
         torch.openreg.set_rng_state_all([torch.openreg.get_rng_state()])

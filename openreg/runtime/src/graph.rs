@@ -8,8 +8,8 @@
 //! errors during capture, and invalidate it; which threads they are errors on depends on the
 //! capture mode, as in CUDA.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::thread::ThreadId;
 
 use crate::error::{Error, Result};
@@ -41,9 +41,23 @@ impl<F: FnOnce() + Clone + Send + 'static> Captured for F {
     }
 }
 
+// ANCHOR: prologue
+/// Work a replay queues before the graph's own tasks, made anew for each replay. A random
+/// operator's generator registers one with the capture (CUDA graphs register the generator
+/// likewise): at each replay it reads the generator's seed and offset, advances the offset by
+/// what the whole graph draws, and returns a task that hands these values to the graph's
+/// kernels — in stream order, so two replays queued back to back each get their own.
+pub trait ReplayPrologue: Send + Sync {
+    fn prologue(self: Arc<Self>) -> Box<dyn FnOnce() + Send + 'static>;
+}
+// ANCHOR_END: prologue
+
 /// A stream's capture in progress.
 pub(crate) struct Capture {
     pub(crate) tasks: Vec<Box<dyn Captured>>,
+    /// Unique for the process's lifetime (a pool may be shared by several captures).
+    id: u64,
+    prologues: Vec<Arc<dyn ReplayPrologue>>,
     pool: u64,
     /// Why the capture can no longer succeed (an operation not permitted during capture).
     pub(crate) invalid: Option<String>,
@@ -54,6 +68,7 @@ pub(crate) struct Capture {
 static ACTIVE: Mutex<Vec<(usize, u64, CaptureMode, ThreadId)>> = Mutex::new(Vec::new());
 static CAPTURING: AtomicUsize = AtomicUsize::new(0);
 static NEXT_POOL: AtomicUsize = AtomicUsize::new(1);
+static NEXT_CAPTURE: AtomicU64 = AtomicU64::new(1);
 
 fn active() -> std::sync::MutexGuard<'static, Vec<(usize, u64, CaptureMode, ThreadId)>> {
     ACTIVE.lock().unwrap_or_else(|e| e.into_inner())
@@ -105,6 +120,7 @@ pub struct Graph {
     stream: Stream,
     pool: u64,
     tasks: Vec<Box<dyn Captured>>,
+    prologues: Vec<Arc<dyn ReplayPrologue>>,
 }
 
 impl Stream {
@@ -130,7 +146,8 @@ impl Stream {
                     self.id()
                 )));
             }
-            *capture = Some(Capture { tasks: Vec::new(), pool, invalid: None });
+            let id = NEXT_CAPTURE.fetch_add(1, Ordering::Relaxed);
+            *capture = Some(Capture { tasks: Vec::new(), id, prologues: Vec::new(), pool, invalid: None });
             Ok(())
         })?;
         active().push((self.device(), self.id(), mode, std::thread::current().id()));
@@ -156,9 +173,30 @@ impl Stream {
         if let Some(why) = capture.invalid {
             return Err(Error::Capture(format!("the capture failed: {why}")));
         }
-        Ok(Graph { stream: *self, pool: capture.pool, tasks: capture.tasks })
+        Ok(Graph { stream: *self, pool: capture.pool, tasks: capture.tasks, prologues: capture.prologues })
     }
     // ANCHOR_END: capture
+
+    /// The id of this stream's capture in progress, if any.
+    pub fn capture_id(&self) -> Option<u64> {
+        self.with_capture(|capture| capture.as_ref().map(|c| c.id))
+    }
+
+    /// Registers `prologue` with this stream's capture: every replay of the graph queues its
+    /// task first. An error if the stream is not capturing.
+    pub fn add_replay_prologue(&self, prologue: Arc<dyn ReplayPrologue>) -> Result<()> {
+        self.with_capture(|capture| match capture {
+            Some(c) => {
+                c.prologues.push(prologue);
+                Ok(())
+            }
+            None => Err(Error::Capture(format!(
+                "openreg:{} stream {} is not capturing",
+                self.device(),
+                self.id()
+            ))),
+        })
+    }
 
     /// The memory pool of this stream's capture in progress, if any.
     pub fn capture_pool(&self) -> Option<u64> {
@@ -186,13 +224,14 @@ impl Graph {
                 found: stream.device(),
             });
         }
+        let prologues = self.prologues.iter().map(|p| p.clone().prologue());
         if crate::trace::is_on() {
             let (device, id) = (stream.device(), stream.id());
-            return stream.enqueue_all(
+            return stream.enqueue_all(prologues.chain(
                 self.tasks.iter().map(|t| crate::trace::traced_task(t.name(), device, id, t.task())),
-            );
+            ));
         }
-        stream.enqueue_all(self.tasks.iter().map(|t| t.task()))
+        stream.enqueue_all(prologues.chain(self.tasks.iter().map(|t| t.task())))
     }
     // ANCHOR_END: replay
 

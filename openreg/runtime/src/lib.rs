@@ -38,7 +38,7 @@ pub use device::{
 pub use error::{Error, Result};
 pub use event::Event;
 pub use fork::is_in_bad_fork;
-pub use graph::{CaptureMode, Graph};
+pub use graph::{CaptureMode, Graph, ReplayPrologue};
 pub use host::{host_free, host_malloc};
 pub use memory::{device_of, free, host_view, host_view_within, malloc, memory_info, trim};
 pub use pointer::{MemoryType, PointerAttributes, pointer_attributes};

@@ -42,6 +42,12 @@ impl Failure {
         Failure(message)
     }
 
+    /// A `RuntimeError` with this message (what CPU raises for a bad argument to most operators).
+    pub(crate) fn runtime(message: String) -> Self {
+        LAST_KIND.with(|k| k.set(ErrorKind::Runtime));
+        Failure(message)
+    }
+
     /// An out-of-memory error composed above the runtime (it knows the allocator's numbers).
     pub(crate) fn out_of_memory(message: String) -> Self {
         LAST_KIND.with(|k| k.set(ErrorKind::OutOfMemory));

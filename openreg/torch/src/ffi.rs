@@ -12,13 +12,17 @@ use crate::runtime::device::{
 use crate::error::last_error_kind;
 use crate::operators::fallback::record_fallback;
 use crate::operators::kernels::{
-    embedding_backward, index_select, launch_abs_f32, launch_amp_unscale, launch_dropout, launch_amp_update_scale, launch_convolution, launch_foreach, launch_fused_step,
+    embedding_backward, index_select, launch_abs_f32, launch_amp_unscale, launch_dropout, launch_dropout_at, launch_multinomial, launch_random, launch_randperm, launch_amp_update_scale, launch_convolution, launch_foreach, launch_fused_step,
     launch_lstm_layer, launch_matmul, launch_norm, launch_pointwise, launch_pool2d, launch_reduction, launch_rnn_cell, launch_same_shape,
     launch_softmax, nll_loss_backward, nll_loss_forward,
 };
 use crate::runtime::host_allocator::{
     empty_host_cache, host_free, host_malloc, host_stats, is_pinned, pointer_device,
     record_host_event, reset_host_stats,
+};
+use crate::runtime::generator::{
+    PhiloxGenerator, generator_clone, generator_host_seed, generator_reserve, generator_new, generator_offset, generator_seed, generator_set_offset,
+    generator_set_seed, generator_share,
 };
 use crate::runtime::graph::{Graph, graph_capture_begin, graph_capture_end, graph_debug_dump, graph_replay};
 use crate::runtime::profiler::{
@@ -104,6 +108,26 @@ pub(crate) mod ffi {
     struct MemoryInfo {
         free: usize,
         total: usize,
+    }
+
+    /// A kernel's Philox numbers: the generator's seed and the offset reserved for it.
+    struct PhiloxDraw {
+        seed: u64,
+        offset: u64,
+    }
+
+    /// A random distribution of the Rust kernels (`kernels/random.rs`).
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    enum RandomOp {
+        Uniform,
+        Normal,
+        LogNormal,
+        Exponential,
+        Geometric,
+        Cauchy,
+        Bernoulli,
+        BernoulliTensor,
+        Integers,
     }
 
     /// An elementwise operation of the Rust kernels (`kernels/elementwise.rs`).
@@ -419,7 +443,7 @@ pub(crate) mod ffi {
         #[allow(clippy::too_many_arguments)]
         fn launch_dropout(
             backward: bool,
-            seed: u64,
+            generator: &PhiloxGenerator,
             keep: f64,
             scale: f64,
             out: Dense,
@@ -427,6 +451,43 @@ pub(crate) mod ffi {
             mask: Dense,
             device: i64,
         ) -> Result<bool>;
+        /// Dropout's forward with given Philox numbers (fused attention's, kept for its backward).
+        #[allow(clippy::too_many_arguments)]
+        fn launch_dropout_at(
+            seed: u64,
+            offset: u64,
+            keep: f64,
+            scale: f64,
+            out: Dense,
+            input: Dense,
+            mask: Dense,
+            device: i64,
+        ) -> Result<bool>;
+        /// A random operator over contiguous `out`; false if the dtype is not ours (`kernels/random.rs`).
+        #[allow(clippy::too_many_arguments)]
+        fn launch_random(
+            op: RandomOp,
+            a: f64,
+            b: f64,
+            from: i64,
+            range: u64,
+            out: Dense,
+            p: Dense,
+            generator: &PhiloxGenerator,
+            device: i64,
+        ) -> Result<bool>;
+        fn launch_randperm(out: Dense, generator: &PhiloxGenerator, device: i64) -> Result<bool>;
+        #[allow(clippy::too_many_arguments)]
+        fn launch_multinomial(
+            weights: Dense,
+            rows: i64,
+            categories: i64,
+            samples: i64,
+            replacement: bool,
+            out: Dense,
+            generator: &PhiloxGenerator,
+            device: i64,
+        ) -> Result<()>;
         /// `operands` in `kernels/norm.rs`'s order; false if a dtype is not ours.
         fn launch_norm(op: Norm, shape: NormShape, operands: &[Dense], device: i64) -> Result<bool>;
         /// `operands` in `kernels/pooling.rs`'s order; false if a dtype is not ours.
@@ -525,6 +586,17 @@ pub(crate) mod ffi {
         fn trace_range_push(name: &[u8]);
         fn trace_range_pop();
         fn trace_mark(name: &[u8]);
+        // A generator's seed and Philox offset (runtime/generator.rs, csrc/runtime/Generator.cpp).
+        type PhiloxGenerator;
+        fn generator_new(seed: u64) -> Box<PhiloxGenerator>;
+        fn generator_clone(generator: &PhiloxGenerator) -> Box<PhiloxGenerator>;
+        fn generator_share(generator: &PhiloxGenerator) -> Box<PhiloxGenerator>;
+        fn generator_seed(generator: &PhiloxGenerator) -> u64;
+        fn generator_set_seed(generator: &PhiloxGenerator, seed: u64);
+        fn generator_offset(generator: &PhiloxGenerator) -> u64;
+        fn generator_set_offset(generator: &PhiloxGenerator, offset: u64) -> Result<()>;
+        fn generator_reserve(generator: &PhiloxGenerator, increment: u64, device: i64) -> Result<PhiloxDraw>;
+        fn generator_host_seed(generator: &PhiloxGenerator, device: i64) -> Result<u64>;
         // Graphs (runtime/graph.rs, csrc/runtime/Graph.cpp).
         type Graph;
         fn graph_capture_begin(device: i64, stream: i64, pool: u64, mode: u8) -> Result<u64>;

@@ -60,14 +60,16 @@ at::Tensor scores(const at::Tensor& q, const at::Tensor& k, const std::optional<
 }
 
 // ANCHOR: dropout
-// P * mask / (1 - p) for contiguous float32 P, the mask drawn from `seed` (kept in `*mask`
-// when asked): the same kernel as native_dropout's, so the same seed gives the same mask.
-at::Tensor dropped(const at::Tensor& p, uint64_t seed, double dropout_p, at::Tensor* mask = nullptr) {
+// P * mask / (1 - p) for contiguous float32 P, the mask drawn from Philox numbers at `seed`
+// and `offset` (kept in `*mask` when asked): native_dropout's kernel, so the same seed and
+// offset give the same mask.
+at::Tensor dropped(const at::Tensor& p, uint64_t seed, uint64_t offset, double dropout_p,
+                   at::Tensor* mask = nullptr) {
   at::Tensor out = at::empty(p.sizes(), p.options());
   at::Tensor bits = at::empty(p.sizes(), p.options().dtype(at::kBool));
   call([&] {
-    return launch_dropout(false, seed, 1.0 - dropout_p, 1.0 / (1.0 - dropout_p), dense(out),
-                          dense(p), dense(bits), p.device().index());
+    return launch_dropout_at(seed, offset, 1.0 - dropout_p, 1.0 / (1.0 - dropout_p), dense(out),
+                             dense(p), dense(bits), p.device().index());
   });
   if (mask != nullptr) {
     *mask = bits;
@@ -79,7 +81,8 @@ at::Tensor dropout_backward(const at::Tensor& grad, const at::Tensor& mask, doub
   const at::Tensor g = grad.contiguous();
   at::Tensor out = at::empty(g.sizes(), g.options());
   call([&] {
-    return launch_dropout(true, 0, 1.0, scale, dense(out), dense(g), dense(mask), g.device().index());
+    return launch_dropout(true, generator_for(std::nullopt, g.device())->state(), 1.0, scale, dense(out), dense(g),
+                          dense(mask), g.device().index());
   });
   return out;
 }
@@ -101,15 +104,18 @@ attention_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
   at::Tensor lse = at::empty(sizes.slice(0, sizes.size() - 1), s.options());
   at::Tensor p = softmax_with_lse(s, lse);
   // Dropout on the probabilities, as flash attention does it: the mask is not kept but drawn
-  // again in the backward from the same seed (the numbers are a hash of seed and index).
-  const uint64_t seed = dropout_p > 0.0 ? draw_seed(q.device().index()) : 0;
+  // again in the backward from the same seed and offset (Philox numbers depend on nothing else).
+  PhiloxDraw draw{0, 0};
   if (dropout_p > 0.0) {
-    p = dropped(p, seed, dropout_p);
+    const auto index = q.device().index();
+    draw = call([&] { return generator_reserve(generator_for(std::nullopt, q.device())->state(), 4, index); });
+    p = dropped(p, draw.seed, draw.offset, dropout_p);
   }
   at::Tensor out = at::matmul(p, v.to(at::kFloat)).to(q.scalar_type());
   at::Tensor debug = return_debug_mask ? p : at::empty({0}, q.options());
   return {out, lse, at::Tensor(), at::Tensor(), q.sym_size(-2), k.sym_size(-2),
-          at::scalar_tensor(static_cast<int64_t>(seed), at::kLong), at::scalar_tensor(0, at::kLong),
+          at::scalar_tensor(static_cast<int64_t>(draw.seed), at::kLong),
+          at::scalar_tensor(static_cast<int64_t>(draw.offset), at::kLong),
           debug};
 }
 // ANCHOR_END: forward
@@ -119,7 +125,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> attention_backward(
     const at::Tensor& grad_out, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
     const at::Tensor& bias, std::array<bool, 4> mask, const at::Tensor& out,
     const at::Tensor& lse, const at::Tensor&, const at::Tensor&, c10::SymInt, c10::SymInt,
-    double dropout_p, bool is_causal, const at::Tensor& philox_seed, const at::Tensor&,
+    double dropout_p, bool is_causal, const at::Tensor& philox_seed, const at::Tensor& philox_offset,
     std::optional<double> scale) {
   TORCH_CHECK(dropout_p >= 0.0 && dropout_p < 1.0,
               "openreg's fused attention takes a dropout probability in [0, 1); got ", dropout_p);
@@ -133,7 +139,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> attention_backward(
   // 1 - p: dV takes the dropped probabilities, dP goes back through the same mask.
   at::Tensor drop_mask;
   const at::Tensor kept =
-      dropout_p > 0.0 ? dropped(p, philox_seed.item<int64_t>(), dropout_p, &drop_mask) : p;
+      dropout_p > 0.0 ? dropped(p, philox_seed.item<int64_t>(), philox_offset.item<int64_t>(), dropout_p,
+                                &drop_mask)
+                      : p;
   // dS = P * (dP - rowsum(dP * P)), with dP = dO V^T: softmax's own backward, one kernel.
   at::Tensor d_p = at::matmul(d_out, vf.transpose(-2, -1));
   if (dropout_p > 0.0) {

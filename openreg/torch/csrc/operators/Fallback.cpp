@@ -114,7 +114,7 @@ void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
       continue;
     }
     if (value.isNone()) {
-      value = default_generator(device->index()).get<OpenRegGeneratorImpl>()->host();
+      value = host_generator(default_generator(device->index()).get<OpenRegGeneratorImpl>(), device->index());
       continue;
     }
     const at::Generator generator = value.toGenerator();
@@ -124,7 +124,7 @@ void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
                 op.schema().name(), " runs on ", *device, ")");
     TORCH_CHECK(generator.device() == *device, "Expected a generator on ", *device,
                 " for ", op.schema().name(), ", but got one on ", generator.device());
-    value = generator.get<OpenRegGeneratorImpl>()->host();
+    value = host_generator(generator.get<OpenRegGeneratorImpl>(), device->index());
   }
 
   at::native::cpu_fallback(op, stack);

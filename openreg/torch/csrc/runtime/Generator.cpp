@@ -1,7 +1,14 @@
 #include "runtime/Generator.h"
 
+#include <cstring>
 #include <mutex>
 #include <vector>
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/EmptyTensor.h>
+#include <ATen/core/Tensor.h>
+#include <c10/core/TensorImpl.h>
+#include <c10/core/CPUAllocator.h>
 
 #include "OpenReg.h"
 
@@ -10,40 +17,62 @@ namespace openreg {
 OpenRegGeneratorImpl::OpenRegGeneratorImpl(c10::DeviceIndex device_index, uint64_t seed)
     : c10::GeneratorImpl(c10::Device(kOpenReg, device_index),
                          c10::DispatchKeySet(c10::DispatchKey::PrivateUse1)),
-      host_(at::make_generator<at::CPUGeneratorImpl>(seed)) {}
+      state_(generator_new(seed)) {}
 
-// Each call locks the host generator, as the host kernels drawing from it do.
-#define OPENREG_WITH_HOST(expr)                        \
-  std::lock_guard<std::mutex> lock(host_.mutex());     \
-  return host_.unsafeGetGeneratorImpl()->expr
-
+// ANCHOR: state
 void OpenRegGeneratorImpl::set_current_seed(uint64_t seed) {
-  OPENREG_WITH_HOST(set_current_seed(seed));
+  generator_set_seed(*state_, seed);
 }
 uint64_t OpenRegGeneratorImpl::current_seed() const {
-  OPENREG_WITH_HOST(current_seed());
+  return generator_seed(*state_);
 }
+// A non-deterministic seed, as CUDA's: from the host's random device.
 uint64_t OpenRegGeneratorImpl::seed() {
-  OPENREG_WITH_HOST(seed());
+  const uint64_t random = c10::detail::getNonDeterministicRandom(/*is_cuda=*/true);
+  set_current_seed(random);
+  return random;
 }
 void OpenRegGeneratorImpl::set_offset(uint64_t offset) {
-  OPENREG_WITH_HOST(set_offset(offset));
+  call([&] { return generator_set_offset(*state_, offset); });
 }
 uint64_t OpenRegGeneratorImpl::get_offset() const {
-  OPENREG_WITH_HOST(get_offset());
+  return generator_offset(*state_);
 }
-void OpenRegGeneratorImpl::set_state(const c10::TensorImpl& new_state) {
-  OPENREG_WITH_HOST(set_state(new_state));
-}
+
+// 16 bytes: the seed, then the offset (CUDA's layout).
 c10::intrusive_ptr<c10::TensorImpl> OpenRegGeneratorImpl::get_state() const {
-  OPENREG_WITH_HOST(get_state());
+  at::TensorBase state = at::detail::empty_cpu({16}, at::TensorOptions().dtype(at::kByte));
+  const uint64_t values[2] = {generator_seed(*state_), generator_offset(*state_)};
+  std::memcpy(state.mutable_data_ptr<uint8_t>(), values, sizeof(values));
+  return state.getIntrusivePtr();
 }
-#undef OPENREG_WITH_HOST
+
+void OpenRegGeneratorImpl::set_state(const c10::TensorImpl& new_state) {
+  at::detail::check_rng_state(new_state);  // a contiguous CPU ByteTensor, or TypeError
+  TORCH_CHECK(new_state.numel() == 16, "RNG state is wrong size: expected 16 bytes (seed, offset), got ",
+              new_state.numel());
+  uint64_t values[2];
+  std::memcpy(values, new_state.data(), sizeof(values));
+  generator_set_seed(*state_, values[0]);  // resets the offset to 0
+  call([&] { return generator_set_offset(*state_, values[1]); });
+}
+// ANCHOR_END: state
+
+void OpenRegGeneratorImpl::graphsafe_set_state(const c10::intrusive_ptr<c10::GeneratorImpl>& state) {
+  auto* other = dynamic_cast<OpenRegGeneratorImpl*>(state.get());
+  TORCH_CHECK(other != nullptr, "graphsafe_set_state: expected an openreg generator's state");
+  state_ = generator_share(*other->state_);
+}
+
+c10::intrusive_ptr<c10::GeneratorImpl> OpenRegGeneratorImpl::graphsafe_get_state() const {
+  auto shared = c10::make_intrusive<OpenRegGeneratorImpl>(device().index());
+  shared->state_ = generator_share(*state_);
+  return shared;
+}
 
 OpenRegGeneratorImpl* OpenRegGeneratorImpl::clone_impl() const {
   auto* copy = new OpenRegGeneratorImpl(device().index());
-  std::lock_guard<std::mutex> lock(host_.mutex());
-  copy->host_ = host_.clone();
+  copy->state_ = generator_clone(*state_);
   return copy;
 }
 
@@ -62,10 +91,19 @@ const at::Generator& default_generator(c10::DeviceIndex device_index) {
 }
 // ANCHOR_END: default_generator
 
-uint64_t draw_seed(c10::DeviceIndex device_index) {
-  at::Generator host = default_generator(device_index).get<OpenRegGeneratorImpl>()->host();
-  std::lock_guard<std::mutex> lock(host.mutex());  // `host` shares the generator's state
-  return at::check_generator<at::CPUGeneratorImpl>(host)->random64();
+OpenRegGeneratorImpl* generator_for(const std::optional<at::Generator>& gen, c10::Device device) {
+  if (gen.has_value() && gen->defined()) {
+    TORCH_CHECK(gen->device().type() == device.type(), "Expected a '", device.type(),
+                "' device type for generator but found '", gen->device().type(), "'");
+    TORCH_CHECK(gen->device() == device, "Expected a generator on ", device, ", but got one on ",
+                gen->device());
+  }
+  return at::get_generator_or_default<OpenRegGeneratorImpl>(gen, default_generator(device.index()));
+}
+
+at::Generator host_generator(OpenRegGeneratorImpl* generator, c10::DeviceIndex device_index) {
+  const uint64_t seed = call([&] { return generator_host_seed(generator->state(), device_index); });
+  return at::make_generator<at::CPUGeneratorImpl>(seed);
 }
 
 at::Generator new_generator(c10::DeviceIndex device_index) {

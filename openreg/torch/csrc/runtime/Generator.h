@@ -1,14 +1,15 @@
 #pragma once
 
-#include <ATen/CPUGeneratorImpl.h>
 #include <ATen/core/Generator.h>
+
+#include "openreg-torch/src/ffi.rs.h"
 
 namespace openreg {
 
 // ANCHOR: generator
-// The random state of one OpenReg device. Random kernels run on the host (through the CPU
-// fallback), so the state is a CPU generator's (Mersenne Twister) held inside; this class
-// gives it an openreg device, so PyTorch files it under the right device and checks it.
+// The random state of one OpenReg device, as CUDA's generator keeps it: a seed and a Philox
+// offset (runtime/generator.rs). Kernels reserve numbers from it when they are launched; the
+// state is 16 bytes, seed then offset, as CUDA's get_state returns it.
 class OpenRegGeneratorImpl final : public c10::GeneratorImpl {
  public:
   explicit OpenRegGeneratorImpl(c10::DeviceIndex device_index,
@@ -21,27 +22,34 @@ class OpenRegGeneratorImpl final : public c10::GeneratorImpl {
   uint64_t get_offset() const override;
   void set_state(const c10::TensorImpl& new_state) override;
   c10::intrusive_ptr<c10::TensorImpl> get_state() const override;
+  // Sharing one state between generators, for graphs that capture with another generator's
+  // state (torch.Generator.graphsafe_set_state).
+  void graphsafe_set_state(const c10::intrusive_ptr<c10::GeneratorImpl>& state) override;
+  c10::intrusive_ptr<c10::GeneratorImpl> graphsafe_get_state() const override;
 
   static c10::DeviceType device_type() {
     return c10::DeviceType::PrivateUse1;
   }
 
-  // The CPU generator the host kernels draw from.
-  const at::Generator& host() const {
-    return host_;
+  // What the Rust kernels reserve their numbers from.
+  const PhiloxGenerator& state() const {
+    return *state_;
   }
 
  private:
   OpenRegGeneratorImpl* clone_impl() const override;
-  mutable at::Generator host_;  // mutable: const getters lock its mutex
+  rust::Box<PhiloxGenerator> state_;
 };
 // ANCHOR_END: generator
 
 // The default generator of a device (-1: the current device).
 const at::Generator& default_generator(c10::DeviceIndex device_index);
 at::Generator new_generator(c10::DeviceIndex device_index);
-// One 64-bit draw from a device's default generator: the seed of a counter-based kernel
-// (dropout's random numbers are a hash of it and the element's index).
-uint64_t draw_seed(c10::DeviceIndex device_index);
+// The generator a random operator on `device` draws from: `gen`, checked, or the default.
+OpenRegGeneratorImpl* generator_for(const std::optional<at::Generator>& gen, c10::Device device);
+
+// A CPU generator for a random operator that runs through the CPU fallback, seeded from a
+// fresh offset of `generator`: the run is reproducible from the device's seed.
+at::Generator host_generator(OpenRegGeneratorImpl* generator, c10::DeviceIndex device_index);
 
 } // namespace openreg

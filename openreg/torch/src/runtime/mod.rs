@@ -5,6 +5,7 @@
 pub(crate) mod allocator;
 pub(crate) mod copy;
 pub(crate) mod device;
+pub(crate) mod generator;
 pub(crate) mod graph;
 pub(crate) mod host_allocator;
 pub(crate) mod profiler;

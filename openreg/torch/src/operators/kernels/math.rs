@@ -195,3 +195,27 @@ mod tests {
         assert!(super::erf(f32::NAN).is_nan());
     }
 }
+
+// ANCHOR: sincos
+/// `(sin 2πt, cos 2πt)` for `t` in [0, 1) ("turns"), vectorisable: the quadrant from `4t`,
+/// then Taylor polynomials around the middle of the quadrant (|x| <= π/4, error < 4e-7).
+/// Box-Muller's angle and Cauchy's tangent need nothing else.
+#[inline(always)]
+pub(crate) fn sincos_turns<const FMA: bool>(t: f32) -> (f32, f32) {
+    let fma = mul_add::<FMA>;
+    let q4 = t * 4.0;
+    let q = (q4 as i32) & 3; // t >= 0: truncation is the floor
+    let x = (q4 - q4 as i32 as f32 - 0.5) * std::f32::consts::FRAC_PI_2;
+    let x2 = x * x;
+    let s = x * fma(x2, fma(x2, fma(x2, -1.0 / 5040.0, 1.0 / 120.0), -1.0 / 6.0), 1.0);
+    let c = fma(x2, fma(x2, fma(x2, fma(x2, 1.0 / 40320.0, -1.0 / 720.0), 1.0 / 24.0), -0.5), 1.0);
+    // The angle is π/4 + x within the quadrant.
+    let (sin, cos) = ((s + c) * std::f32::consts::FRAC_1_SQRT_2, (c - s) * std::f32::consts::FRAC_1_SQRT_2);
+    // Quadrant q adds qπ/2: (sin, cos) -> (cos, -sin) -> (-sin, -cos) -> (-cos, sin).
+    let swap = q & 1 == 1;
+    let (a, b) = if swap { (cos, sin) } else { (sin, cos) };
+    let sin_sign = if q >= 2 { -1.0 } else { 1.0 };
+    let cos_sign = if q == 1 || q == 2 { -1.0 } else { 1.0 };
+    (a * sin_sign, b * cos_sign)
+}
+// ANCHOR_END: sincos

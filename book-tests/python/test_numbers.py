@@ -1,0 +1,52 @@
+"""A measured number in a chapter's prose comes from a generated file (a `{{#number ...}}`
+placeholder, book-tests/numbers.py), or it is not there: a typed number goes stale the day the
+benchmark is run again."""
+
+import importlib.util
+
+import pytest
+
+from conftest import ROOT
+
+spec = importlib.util.spec_from_file_location("numbers", ROOT / "book-tests" / "numbers.py")
+numbers = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(numbers)
+
+CHAPTERS = sorted((ROOT / "src").glob("*.md"))
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS, ids=lambda p: p.name)
+def test_no_measured_number_is_typed_into_prose(chapter):
+    typed = [f"src/{chapter.name}:{line}: {value!r}"
+             for line, value in numbers.typed_numbers(chapter.read_text())]
+    assert not typed, ("measured numbers typed into prose (use {{#number FILE \"TEXT\" K}} from "
+                       "src/generated, or drop them):\n" + "\n".join(typed))
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS, ids=lambda p: p.name)
+def test_every_placeholder_names_a_generated_number(chapter):
+    for m in numbers.PLACEHOLDER.finditer(chapter.read_text()):
+        numbers.lookup(m.group(1))  # raises, naming the placeholder, if it does not resolve
+
+
+def test_the_scanner_tells_measurements_from_shapes():
+    text = "took 1.5 µs, 0.8–0.9× the CPU's, 4.9 GB/s, ±20%; a 3×3 add, Philox4x32, 64 MiB, 2 devices"
+    assert [v for _, v in numbers.typed_numbers(text)] == ["1.5 µs", "0.8–0.9×", "4.9 GB/s", "20%"]
+    code = "```text\n1.5 µs\n```\nand `1.5 µs` in code, {{#number bench \"x\" 1}} filled"
+    assert list(numbers.typed_numbers(code)) == []
+
+
+def test_a_placeholder_is_filled_from_the_generated_file():
+    line = next(l for l in (ROOT / "src/generated/bench.txt").read_text().splitlines() if ".cpu() 64 MiB" in l)
+    value = numbers.fill('{{#number bench ".cpu() 64 MiB" 1}}')
+    assert value in line and value.endswith("GB/s")
+    with pytest.raises(numbers.NumberError, match="no line"):
+        numbers.fill('{{#number bench "no such case" 1}}')
+    with pytest.raises(numbers.NumberError, match="numbers after"):
+        numbers.fill('{{#number bench ".cpu() 64 MiB" 9}}')
+
+
+def test_generated_outputs_show_no_internal_targets():
+    for path in sorted((ROOT / "src/generated").glob("*.txt")):
+        assert "target" not in path.read_text().lower(), (
+            f"{path.relative_to(ROOT)} shows an internal speed target: run `make book-outputs`")
