@@ -91,6 +91,7 @@ bench: build
 	$(PY) bench/models.py
 	$(PY) bench/profiler.py
 	$(PY) bench/graphs.py
+	$(PY) bench/rng.py
 	$(PY) bench/compile.py
 	$(PY) bench/distributed.py
 
