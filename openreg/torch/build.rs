@@ -28,6 +28,8 @@ fn main() {
         "csrc/operators/AutogradOps.cpp",
         "csrc/operators/Stubs.cpp",
         "csrc/operators/Pointwise.cpp",
+        "csrc/operators/PointwiseTable.cpp",
+        "csrc/operators/Linalg.cpp",
         "csrc/operators/Reduce.cpp",
         "csrc/operators/Matmul.cpp",
         "csrc/operators/SoftMax.cpp",

@@ -208,3 +208,17 @@ def test_a_failed_capture_in_a_child_process_does_not_hang_it():
             "with s:\n    g.capture_begin(); x = torch.ones(2, device='openreg') + 1\n")
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr
+
+
+def test_capture_queries_tell_the_truth(side):
+    """torch.Stream.is_capturing() (the guard's isStreamCapturing) is true only while capturing."""
+    graph = torch.accelerator.Graph()
+    assert not side.is_capturing()
+    with side:
+        graph.capture_begin()
+        during = (side.is_capturing(), torch.accelerator.current_stream().is_capturing())
+        torch.ones(3, device="openreg").add_(1)
+        graph.capture_end()
+    assert during == (True, True)
+    assert not side.is_capturing()
+    assert not torch.Stream(device="openreg").is_capturing()

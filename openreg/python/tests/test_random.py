@@ -251,11 +251,14 @@ def test_random_operators_reach_no_fallback():
     torch.multinomial(torch.tensor([0.2, 0.8], device=d), 4, replacement=True)
     torch.bernoulli(x), x.clone().bernoulli_(0.3), x.clone().exponential_(), x.clone().geometric_(0.5)
     x.clone().log_normal_(), x.clone().cauchy_(), x.clone().random_(5)
-    torch.normal(x, 1.0)  # (a tensor std is checked with min() and ge(): comparisons, not random ops)
+    torch.normal(x, 1.0), torch.normal(0.0, x), torch.normal(x, x)
     w = torch.empty(8, 6, device=d)
     for init in (torch.nn.init.uniform_, torch.nn.init.normal_, torch.nn.init.xavier_uniform_,
-                 torch.nn.init.xavier_normal_, torch.nn.init.kaiming_uniform_, torch.nn.init.kaiming_normal_):
+                 torch.nn.init.xavier_normal_, torch.nn.init.kaiming_uniform_, torch.nn.init.kaiming_normal_,
+                 torch.nn.init.trunc_normal_, torch.nn.init.orthogonal_, torch.nn.init.eye_, torch.nn.init.zeros_,
+                 torch.nn.init.ones_, lambda t: torch.nn.init.constant_(t, 0.3)):
         init(w)
+    # (sparse_ and dirac_ write through advanced indexing, index_put_, which has no kernel yet.)
     torch.nn.Linear(4, 4, device=d), torch.nn.Conv2d(2, 3, 3, device=d), torch.nn.Embedding(5, 3, device=d)
     torch.nn.LSTM(4, 4, device=d), torch.nn.TransformerEncoderLayer(8, 2, 16, device=d)
     torch.nn.functional.dropout(x, 0.5)

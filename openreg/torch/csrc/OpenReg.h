@@ -60,6 +60,8 @@ void register_custom_ops();
 void register_autograd_ops();
 void register_stubs();
 void register_pointwise_ops();
+void register_table_ops();
+void register_linalg();
 void register_reductions();
 void register_matmul();
 void register_softmax();

@@ -29,6 +29,8 @@ void register_backend() {
   const char* native = std::getenv("OPENREG_NATIVE_KERNELS");
   if (native == nullptr || std::string(native) != "0") {
     register_pointwise_ops();
+    register_table_ops();
+    register_linalg();
     register_reductions();
     register_matmul();
     register_softmax();

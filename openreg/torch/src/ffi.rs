@@ -12,7 +12,7 @@ use crate::runtime::device::{
 use crate::error::last_error_kind;
 use crate::operators::fallback::record_fallback;
 use crate::operators::kernels::{
-    embedding_backward, index_select, launch_abs_f32, launch_amp_unscale, launch_dropout, launch_dropout_at, launch_multinomial, launch_random, launch_randperm, launch_amp_update_scale, launch_convolution, launch_foreach, launch_fused_step,
+    embedding_backward, index_select, launch_abs_f32, launch_amp_unscale, launch_dropout, launch_dropout_at, launch_multinomial, launch_qr, launch_random, launch_randperm, launch_amp_update_scale, launch_convolution, launch_foreach, launch_fused_step,
     launch_lstm_layer, launch_matmul, launch_norm, launch_pointwise, launch_pool2d, launch_reduction, launch_rnn_cell, launch_same_shape,
     launch_softmax, nll_loss_backward, nll_loss_forward,
 };
@@ -31,7 +31,7 @@ use crate::runtime::profiler::{
 };
 use crate::runtime::stream::{
     Event, current_stream, event_block, event_create, event_device, event_elapsed_time,
-    event_query, event_record, event_synchronize, exchange_stream, new_stream, query_stream,
+    event_query, event_record, event_synchronize, exchange_stream, new_stream, query_stream, stream_is_capturing,
     stream_from_pool, stream_handle, stream_priority, synchronize_stream,
 };
 
@@ -166,6 +166,38 @@ pub(crate) mod ffi {
         /// `scalar`: the value.
         Addcmul,
         Addcdiv,
+        // The table-driven operators (csrc/operators/PointwiseTable.cpp).
+        Eq,
+        Ne,
+        Lt,
+        Le,
+        Gt,
+        Ge,
+        LogicalNot,
+        LogicalAnd,
+        LogicalOr,
+        IsNegInf,
+        IsPosInf,
+        Where,
+        /// `scalar`: the value.
+        MaskedFill,
+        Sign,
+        Rsqrt,
+        Erfinv,
+        /// `scalar`: the exponent.
+        PowScalar,
+        /// `scalar`: the bound.
+        ClampMin,
+        ClampMax,
+        Hardswish,
+        Hardsigmoid,
+        HardswishBackward,
+        HardsigmoidBackward,
+        SigmoidBackward,
+        TanhBackward,
+        /// `scalar`, `scalar2`: beta, threshold.
+        Softplus,
+        SoftplusBackward,
     }
 
     /// A reduction of the Rust kernels (`kernels/reduce.rs`).
@@ -174,6 +206,7 @@ pub(crate) mod ffi {
         Sum,
         Mean,
         Amax,
+        Amin,
     }
 
     /// A softmax-family kernel (`kernels/softmax.rs`).
@@ -477,6 +510,9 @@ pub(crate) mod ffi {
             device: i64,
         ) -> Result<bool>;
         fn launch_randperm(out: Dense, generator: &PhiloxGenerator, device: i64) -> Result<bool>;
+        /// QR of contiguous matrices (`kernels/linalg.rs`); false if the dtype is not ours.
+        #[allow(clippy::too_many_arguments)]
+        fn launch_qr(a: Dense, q: Dense, r: Dense, batch: i64, m: i64, n: i64, complete: bool, device: i64) -> Result<bool>;
         #[allow(clippy::too_many_arguments)]
         fn launch_multinomial(
             weights: Dense,
@@ -570,6 +606,7 @@ pub(crate) mod ffi {
         fn stream_handle(device: i64, id: i64) -> Result<usize>;
         fn stream_priority(device: i64, id: i64) -> Result<i32>;
         fn query_stream(device: i64, id: i64) -> Result<bool>;
+        fn stream_is_capturing(device: i64, id: i64) -> Result<bool>;
         fn synchronize_stream(device: i64, id: i64) -> Result<()>;
 
         // Events; C++ keeps them as the `void*` PyTorch hands around.

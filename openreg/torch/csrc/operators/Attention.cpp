@@ -7,8 +7,12 @@
 #include "runtime/Generator.h"
 
 #include <ATen/core/Tensor.h>
+#include <limits>
+#include <numeric>
+#include <vector>
 #include <ATen/native/transformers/attention.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/empty_strided.h>
 #include <ATen/ops/_softmax_backward_data.h>
 #include <ATen/ops/matmul.h>
 #include <ATen/ops/ones.h>
@@ -57,6 +61,33 @@ at::Tensor scores(const at::Tensor& q, const at::Tensor& k, const std::optional<
     s = bias->scalar_type() == at::kBool ? at::where(*bias, s, -inf) : s.add(bias->to(at::kFloat));
   }
   return s;
+}
+
+// The output in the query's dimension order, as the operator's meta function allocates it
+// (`alloc_with_matching_layout` in torch/_meta_registrations.py): an exported or compiled
+// graph plans its views from those strides, so a contiguous result would break them.
+at::Tensor with_layout_of(const at::Tensor& query, const at::Tensor& result) {
+  if (query.sizes() == result.sizes() && query.strides() == result.strides()) {
+    return result;
+  }
+  std::vector<int64_t> order(query.dim());
+  std::iota(order.begin(), order.end(), 0);
+  const auto key = [&](int64_t d) {
+    return query.stride(d) != 0 ? query.stride(d) : std::numeric_limits<int64_t>::max();
+  };
+  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return key(a) < key(b); });
+  std::vector<int64_t> strides(query.dim());
+  int64_t stride = 1;
+  for (int64_t d : order) {
+    strides[d] = stride;
+    stride *= result.size(d);
+  }
+  if (result.strides() == c10::IntArrayRef(strides)) {
+    return result;
+  }
+  at::Tensor laid_out = at::empty_strided(result.sizes(), strides, result.options());
+  laid_out.copy_(result);
+  return laid_out;
 }
 
 // ANCHOR: dropout
@@ -111,7 +142,7 @@ attention_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
     draw = call([&] { return generator_reserve(generator_for(std::nullopt, q.device())->state(), 4, index); });
     p = dropped(p, draw.seed, draw.offset, dropout_p);
   }
-  at::Tensor out = at::matmul(p, v.to(at::kFloat)).to(q.scalar_type());
+  at::Tensor out = with_layout_of(q, at::matmul(p, v.to(at::kFloat)).to(q.scalar_type()));
   at::Tensor debug = return_debug_mask ? p : at::empty({0}, q.options());
   return {out, lse, at::Tensor(), at::Tensor(), q.sym_size(-2), k.sym_size(-2),
           at::scalar_tensor(static_cast<int64_t>(draw.seed), at::kLong),

@@ -133,6 +133,12 @@ void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
 
 } // namespace
 
+// For kernels that find they cannot compute a call (a dtype their formulas lack): the same
+// path an operator without a kernel takes.
+void run_on_cpu(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  cpu_fallback(op, stack);
+}
+
 // ANCHOR: note_host_path
 // Every CPU run is counted (torch.openreg.fallback_counts()); with OPENREG_WARN_FALLBACK=1 the
 // first of each kind is also a warning.

@@ -373,6 +373,7 @@ at::Tensor& fill_scalar_(at::Tensor& self, const at::Scalar& value) {
     case at::kFloat: v = value.to<float>(); break;
     case at::kHalf: v = static_cast<float>(value.to<c10::Half>()); break;
     case at::kBFloat16: v = static_cast<float>(value.to<c10::BFloat16>()); break;
+    case at::kBool: v = value.to<bool>() ? 1.0 : 0.0; break;
     default: break;
   }
   if (!v || !run_pointwise(iter, Pointwise::Fill, *v)) {

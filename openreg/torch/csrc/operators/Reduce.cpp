@@ -7,6 +7,15 @@
 #include <ATen/WrapDimUtilsMulti.h>
 #include <ATen/ops/amax.h>
 #include <ATen/ops/amax_meta.h>
+#include <ATen/ops/all.h>
+#include <ATen/ops/all_meta.h>
+#include <ATen/ops/amin.h>
+#include <ATen/ops/amin_meta.h>
+#include <ATen/ops/any.h>
+#include <ATen/ops/any_meta.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/max.h>
+#include <ATen/ops/min.h>
 #include <ATen/ops/mean.h>
 #include <ATen/ops/mean_meta.h>
 #include <ATen/ops/sum.h>
@@ -43,13 +52,15 @@ at::TensorIterator reduction_iterator(const at::Tensor& self, const at::Tensor& 
 }
 // ANCHOR_END: reduction_iterator
 
-// Runs `op` in Rust if it handles the dtypes; false otherwise.
+// Runs `op` in Rust if it handles the dtypes (float32, float16, bfloat16; bool for maxima and
+// minima); false otherwise.
 bool run_reduction(at::TensorIterator& iter, Reduction op, double count) {
   std::array<int8_t, 2> dtypes{static_cast<int8_t>(iter.dtype(0)),
                                static_cast<int8_t>(iter.dtype(1))};
+  const bool extremum = op == Reduction::Amax || op == Reduction::Amin;
   for (auto d : dtypes) {
     if (d != static_cast<int8_t>(at::kFloat) && d != static_cast<int8_t>(at::kHalf) &&
-        d != static_cast<int8_t>(at::kBFloat16)) {
+        d != static_cast<int8_t>(at::kBFloat16) && !(extremum && d == static_cast<int8_t>(at::kBool))) {
       return false;
     }
   }
@@ -130,6 +141,129 @@ at::Tensor amax(const at::Tensor& self, at::IntArrayRef dims, bool keepdim,
   return s.result();
 }
 
+template <Variant kind>
+at::Tensor amin(const at::Tensor& self, at::IntArrayRef dims, bool keepdim,
+                const at::Tensor& given = {}) {
+  Structured<at::meta::structured_amin, kind> s(given);
+  s.meta(self, dims, keepdim);
+  const at::Tensor& result = s.maybe_get_output(0);
+  if (result.numel() > 0) {
+    auto iter = reduction_iterator(self, result, dims, keepdim);
+    if (!run_reduction(iter, Reduction::Amin, 0)) {
+      note_host_path("amin", self.scalar_type());
+      at::Tensor out = host_alias(result);
+      at::amin_out(out, host_alias(self), dims, keepdim);
+    }
+  }
+  return s.result();
+}
+
+// ANCHOR: any_all
+// any() and all() of a bool tensor are its maximum and minimum; other dtypes (any(x) means
+// x != 0 somewhere) take CPU's kernel.
+template <class Meta, Variant kind>
+at::Tensor any_all(bool any, const at::Tensor& self, at::OptionalIntArrayRef dims, bool keepdim,
+                   const at::Tensor& given = {}) {
+  Structured<Meta, kind> s(given);
+  if constexpr (std::is_same_v<Meta, at::meta::structured_any> || std::is_same_v<Meta, at::meta::structured_all>) {
+    s.meta(self);
+  } else if constexpr (std::is_same_v<Meta, at::meta::structured_any_dim> ||
+                       std::is_same_v<Meta, at::meta::structured_all_dim>) {
+    s.meta(self, (*dims)[0], keepdim);
+  } else {
+    s.meta(self, dims, keepdim);
+  }
+  const at::Tensor& result = s.maybe_get_output(0);
+  if (self.numel() == 0) {
+    result.fill_(!any);  // any of nothing is false, all of nothing true
+  } else {
+    auto iter = reduction_iterator(self, result, dims, keepdim);
+    if (self.scalar_type() != at::kBool || !run_reduction(iter, any ? Reduction::Amax : Reduction::Amin, 0)) {
+      note_host_path(any ? "any" : "all", self.scalar_type());
+      at::Tensor out = host_alias(result);
+      if (any) {
+        at::any_out(out, host_alias(self), dims, keepdim);
+      } else {
+        at::all_out(out, host_alias(self), dims, keepdim);
+      }
+    }
+  }
+  return s.result();
+}
+// ANCHOR_END: any_all
+
+at::Tensor any_all_(const at::Tensor& self) {
+  return any_all<at::meta::structured_any, Variant::Functional>(true, self, std::nullopt, false);
+}
+at::Tensor& any_all_out(const at::Tensor& self, at::Tensor& out) {
+  any_all<at::meta::structured_any, Variant::Out>(true, self, std::nullopt, false, out);
+  return out;
+}
+at::Tensor all_all_(const at::Tensor& self) {
+  return any_all<at::meta::structured_all, Variant::Functional>(false, self, std::nullopt, false);
+}
+at::Tensor& all_all_out(const at::Tensor& self, at::Tensor& out) {
+  any_all<at::meta::structured_all, Variant::Out>(false, self, std::nullopt, false, out);
+  return out;
+}
+at::Tensor any_dims(const at::Tensor& self, at::OptionalIntArrayRef dims, bool keepdim) {
+  return any_all<at::meta::structured_any_dims, Variant::Functional>(true, self, dims, keepdim);
+}
+at::Tensor& any_dims_out(const at::Tensor& self, at::OptionalIntArrayRef dims, bool keepdim, at::Tensor& out) {
+  any_all<at::meta::structured_any_dims, Variant::Out>(true, self, dims, keepdim, out);
+  return out;
+}
+at::Tensor all_dims(const at::Tensor& self, at::OptionalIntArrayRef dims, bool keepdim) {
+  return any_all<at::meta::structured_all_dims, Variant::Functional>(false, self, dims, keepdim);
+}
+at::Tensor& all_dims_out(const at::Tensor& self, at::OptionalIntArrayRef dims, bool keepdim, at::Tensor& out) {
+  any_all<at::meta::structured_all_dims, Variant::Out>(false, self, dims, keepdim, out);
+  return out;
+}
+// One dimension: the dims form over {dim} (the metas agree on shapes and errors).
+at::Tensor any_dim(const at::Tensor& self, int64_t dim, bool keepdim) {
+  return any_all<at::meta::structured_any_dim, Variant::Functional>(true, self, c10::IntArrayRef{dim}, keepdim);
+}
+at::Tensor& any_dim_out(const at::Tensor& self, int64_t dim, bool keepdim, at::Tensor& out) {
+  any_all<at::meta::structured_any_dim, Variant::Out>(true, self, c10::IntArrayRef{dim}, keepdim, out);
+  return out;
+}
+at::Tensor all_dim(const at::Tensor& self, int64_t dim, bool keepdim) {
+  return any_all<at::meta::structured_all_dim, Variant::Functional>(false, self, c10::IntArrayRef{dim}, keepdim);
+}
+at::Tensor& all_dim_out(const at::Tensor& self, int64_t dim, bool keepdim, at::Tensor& out) {
+  any_all<at::meta::structured_all_dim, Variant::Out>(false, self, c10::IntArrayRef{dim}, keepdim, out);
+  return out;
+}
+
+// max() and min() of a whole tensor: amax and amin over every dimension, with CPU's error
+// for an empty tensor.
+at::Tensor extremum_all(const at::Tensor& self, bool max) {
+  TORCH_CHECK(self.numel() > 0, max ? "max" : "min",
+              "(): Expected reduction dim to be specified for input.numel() == 0. Specify the reduction dim with the 'dim' argument.");
+  at::Tensor result = at::empty({}, self.options());
+  auto iter = reduction_iterator(self, result, std::nullopt, false);
+  if (!run_reduction(iter, max ? Reduction::Amax : Reduction::Amin, 0)) {
+    note_host_path(max ? "max" : "min", self.scalar_type());
+    at::Tensor out = host_alias(result);
+    out.copy_(max ? at::max(host_alias(self)) : at::min(host_alias(self)));
+  }
+  return result;
+}
+at::Tensor max_all(const at::Tensor& self) {
+  return extremum_all(self, true);
+}
+at::Tensor min_all(const at::Tensor& self) {
+  return extremum_all(self, false);
+}
+at::Tensor amin_dim(const at::Tensor& self, at::IntArrayRef dims, bool keepdim) {
+  return amin<Variant::Functional>(self, dims, keepdim);
+}
+at::Tensor& amin_out(const at::Tensor& self, at::IntArrayRef dims, bool keepdim, at::Tensor& out) {
+  amin<Variant::Out>(self, dims, keepdim, out);
+  return out;
+}
+
 at::Tensor sum_dim(const at::Tensor& self, at::OptionalIntArrayRef dims, bool keepdim,
                    std::optional<at::ScalarType> dtype) {
   return sum<Variant::Functional>(self, dims, keepdim, dtype);
@@ -173,6 +307,22 @@ void register_reductions() {
     library.impl("mean.out", TORCH_FN(mean_out));
     library.impl("amax", TORCH_FN(amax_dim));
     library.impl("amax.out", TORCH_FN(amax_out));
+    library.impl("amin", TORCH_FN(amin_dim));
+    library.impl("amin.out", TORCH_FN(amin_out));
+    library.impl("any", TORCH_FN(any_all_));
+    library.impl("any.all_out", TORCH_FN(any_all_out));
+    library.impl("all", TORCH_FN(all_all_));
+    library.impl("all.all_out", TORCH_FN(all_all_out));
+    library.impl("any.dims", TORCH_FN(any_dims));
+    library.impl("all.dims", TORCH_FN(all_dims));
+    library.impl("any.dims_out", TORCH_FN(any_dims_out));
+    library.impl("all.dims_out", TORCH_FN(all_dims_out));
+    library.impl("any.dim", TORCH_FN(any_dim));
+    library.impl("any.out", TORCH_FN(any_dim_out));
+    library.impl("all.dim", TORCH_FN(all_dim));
+    library.impl("all.out", TORCH_FN(all_dim_out));
+    library.impl("max", TORCH_FN(max_all));
+    library.impl("min", TORCH_FN(min_all));
     return true;
   }();
   (void)registered;

@@ -48,6 +48,21 @@ at::Tensor& cat_out(const at::ITensorListRef& tensors, int64_t dim, at::Tensor& 
   return out;
 }
 
+// eye: zeros, then ones along the diagonal view; both are device kernels (fill_ on a strided
+// view). CPU's checks and messages.
+at::Tensor& eye_m_out(int64_t n, int64_t m, at::Tensor& out) {
+  TORCH_CHECK(n >= 0, "n must be greater or equal to 0, got ", n);
+  TORCH_CHECK(m >= 0, "m must be greater or equal to 0, got ", m);
+  out.resize_({n, m});
+  out.zero_();
+  out.diagonal().fill_(1);
+  return out;
+}
+
+at::Tensor& eye_out(int64_t n, at::Tensor& out) {
+  return eye_m_out(n, n, out);
+}
+
 } // namespace
 
 void register_tensor_shape() {
@@ -56,6 +71,8 @@ void register_tensor_shape() {
   static bool registered = [] {
     library.impl("cat", TORCH_FN(cat_functional));
     library.impl("cat.out", TORCH_FN(cat_out));
+    library.impl("eye.out", TORCH_FN(eye_out));
+    library.impl("eye.m_out", TORCH_FN(eye_m_out));
     return true;
   }();
   (void)registered;

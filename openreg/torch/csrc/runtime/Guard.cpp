@@ -92,9 +92,9 @@ class OpenRegGuardImpl final : public c10::impl::DeviceGuardImplInterface {
     call([&] { synchronize_stream(stream.device_index(), stream.id()); });
   }
 
-  // No graph capture on this device.
-  bool isStreamCapturing(const c10::Stream& /*stream*/) const override {
-    return false;
+  // True while the stream records a graph (csrc/runtime/Graph.cpp).
+  bool isStreamCapturing(const c10::Stream& stream) const override {
+    return call([&] { return stream_is_capturing(stream.device_index(), stream.id()); });
   }
 
   void synchronizeDevice(const c10::DeviceIndex device_index) const override {

@@ -9,6 +9,7 @@ mod dtype;
 mod elementwise;
 mod embedding;
 mod foreach;
+mod linalg;
 mod lstm;
 mod math;
 mod matmul;
@@ -105,7 +106,7 @@ fn pointwise_supported(op: Pointwise, dtypes: &[i8]) -> bool {
     if dtypes.len() != inputs + 1 {
         return false;
     }
-    dtypes.iter().all(|&d| Dtype::from_code(d).is_some())
+    dtypes.iter().all(|&d| Dtype::elementwise(d).is_some())
         || (op == Pointwise::Copy && dtypes[0] == dtypes[1] && dtype::item_size(dtypes[0]).is_some())
 }
 
@@ -144,13 +145,13 @@ pub(crate) fn launch_pointwise(
         return Ok(true);
     }
     // A same-dtype copy of a dtype we do not compute in moves raw elements of its size.
-    if Dtype::from_code(dtypes[0]).is_none() {
+    if Dtype::elementwise(dtypes[0]).is_none() {
         let size = dtype::item_size(dtypes[0]).unwrap_or(1);
         let (dst, src) = (view(data[0], layout.extent(0, size), storage(0))?, view(data[1], layout.extent(1, size), storage(1))?);
         launch(device, n, move || copy_raw(&layout, dst, src, size))?;
         return Ok(true);
     }
-    let dtype_of = |k: usize| Dtype::from_code(dtypes[k]).unwrap_or(Dtype::Float);
+    let dtype_of = |k: usize| Dtype::elementwise(dtypes[k]).unwrap_or(Dtype::Float);
     let out = (view(data[0], layout.extent(0, dtype_of(0).size()), storage(0))?, dtype_of(0));
     let mut inputs = smallvec::SmallVec::new();
     for k in 1..data.len() {
@@ -257,7 +258,9 @@ pub(crate) fn launch_reduction(
     op: Reduction, count: f64, data: &[usize], storages: &[usize], dtypes: &[i8], shape: &[i64],
     strides: &[i64], device: i64,
 ) -> Result<()> {
-    let (Some(out), Some(input)) = (Dtype::from_code(dtypes[0]), Dtype::from_code(dtypes[1])) else {
+    // Bool for maxima and minima only: any() and all() of a bool tensor.
+    let dtype = |code| if matches!(op, Reduction::Amax | Reduction::Amin) { Dtype::elementwise(code) } else { Dtype::from_code(code) };
+    let (Some(out), Some(input)) = (dtype(dtypes[0]), dtype(dtypes[1])) else {
         return Err(unsupported("this reduction", dtypes[1]));
     };
     let layout = Layout::new(shape, strides, 2);
@@ -485,6 +488,30 @@ fn dropout_with(
 /// Philox block 0 at counter column `column` (a seed for a CPU generator).
 pub(crate) fn philox_block(seed: u64, column: u64) -> [u32; 4] {
     philox::philox([0, 0, column as u32, (column >> 32) as u32], philox::key(seed))
+}
+
+/// QR of `batch` contiguous `m` x `n` matrices (float32 or float64, `dtype`) into `q` and `r`
+/// (contiguous; `q.data` 0 for mode "r"). False if the dtype is not one the kernel takes.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn launch_qr(
+    a: Dense, q: Dense, r: Dense, batch: i64, m: i64, n: i64, complete: bool, device: i64,
+) -> Result<bool> {
+    let f64s = match a.dtype {
+        6 => false,
+        7 => true,
+        _ => return Ok(false),
+    };
+    let size = if f64s { 8 } else { 4 };
+    let [batch, m, n] = [batch, m, n].map(|v| v.max(0) as usize);
+    if batch * m * n == 0 {
+        return Ok(true);
+    }
+    let a = view(a.data, a.numel * size, &[a.storage, a.storage_len])?;
+    let q = if q.data == 0 { 0 } else { view(q.data, q.numel * size, &[q.storage, q.storage_len])? };
+    let r = view(r.data, r.numel * size, &[r.storage, r.storage_len])?;
+    let work = linalg::Qr { batch, m, n, complete, f64s, a, q, r };
+    launch(device, batch * m * n * m.min(n), move || work.run())?;
+    Ok(true)
 }
 
 // ANCHOR: launch_random

@@ -57,6 +57,11 @@ pub(crate) fn query_stream(device: i64, id: i64) -> Result<bool> {
     Ok(stream(device, id)?.query())
 }
 
+/// True while the stream records a graph (`isStreamCapturing`, `torch.Stream.is_capturing()`).
+pub(crate) fn stream_is_capturing(device: i64, id: i64) -> Result<bool> {
+    Ok(stream(device, id)?.capture_id().is_some())
+}
+
 pub(crate) fn synchronize_stream(device: i64, id: i64) -> Result<()> {
     Ok(stream(device, id)?.synchronize()?)
 }

@@ -10,6 +10,9 @@ pub(crate) enum Dtype {
     Half,
     Float,
     BFloat16,
+    /// One byte, 0 or 1: read as 0.0 or 1.0, written as `value != 0` (NaN is true, as in
+    /// PyTorch's casts). Only elementwise kernels take it ([`Dtype::elementwise`]).
+    Bool,
 }
 
 impl Dtype {
@@ -23,10 +26,16 @@ impl Dtype {
         }
     }
 
+    /// [`Dtype::from_code`], and bool: the dtypes elementwise kernels read and write.
+    pub(crate) fn elementwise(code: i8) -> Option<Dtype> {
+        if code == 11 { Some(Dtype::Bool) } else { Dtype::from_code(code) }
+    }
+
     pub(crate) fn size(self) -> usize {
         match self {
             Dtype::Float => 4,
             Dtype::Half | Dtype::BFloat16 => 2,
+            Dtype::Bool => 1,
         }
     }
 }
@@ -62,6 +71,7 @@ pub(crate) unsafe fn load(dtype: Dtype, src: *const u8, stride: isize, out: &mut
             Dtype::Float => gather(src, stride, out, |p| p.cast::<f32>().read_unaligned()),
             Dtype::Half => gather(src, stride, out, |p| p.cast::<f16>().read_unaligned().to_f32()),
             Dtype::BFloat16 => gather(src, stride, out, |p| p.cast::<bf16>().read_unaligned().to_f32()),
+            Dtype::Bool => gather(src, stride, out, |p| f32::from(u8::from(p.read() != 0))),
         }
     }
 }
@@ -85,6 +95,7 @@ pub(crate) unsafe fn store(dtype: Dtype, dst: *mut u8, stride: isize, values: &[
             Dtype::BFloat16 => {
                 scatter(dst, stride, values, |p, v| p.cast::<bf16>().write_unaligned(bf16::from_f32(v)))
             }
+            Dtype::Bool => scatter(dst, stride, values, |p, v| p.write(u8::from(v != 0.0))),
         }
     }
 }

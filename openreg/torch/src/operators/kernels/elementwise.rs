@@ -75,7 +75,19 @@ pub(crate) fn arity(op: Pointwise) -> Option<usize> {
         | Pointwise::Sqrt
         | Pointwise::Reciprocal
         | Pointwise::Log
-        | Pointwise::Hardtanh => 1,
+        | Pointwise::Hardtanh
+        | Pointwise::Sign
+        | Pointwise::Rsqrt
+        | Pointwise::Erfinv
+        | Pointwise::PowScalar
+        | Pointwise::ClampMin
+        | Pointwise::ClampMax
+        | Pointwise::Hardswish
+        | Pointwise::Hardsigmoid
+        | Pointwise::Softplus
+        | Pointwise::IsNegInf
+        | Pointwise::IsPosInf
+        | Pointwise::LogicalNot => 1,
         Pointwise::Add
         | Pointwise::Mul
         | Pointwise::Div
@@ -86,8 +98,22 @@ pub(crate) fn arity(op: Pointwise) -> Option<usize> {
         | Pointwise::GeluBackward
         | Pointwise::LeakyReluBackward
         | Pointwise::HardtanhBackward
-        | Pointwise::Lerp => 2,
-        Pointwise::Addcmul | Pointwise::Addcdiv => 3,
+        | Pointwise::Lerp
+        | Pointwise::Eq
+        | Pointwise::Ne
+        | Pointwise::Lt
+        | Pointwise::Le
+        | Pointwise::Gt
+        | Pointwise::Ge
+        | Pointwise::LogicalAnd
+        | Pointwise::LogicalOr
+        | Pointwise::MaskedFill
+        | Pointwise::SigmoidBackward
+        | Pointwise::TanhBackward
+        | Pointwise::HardswishBackward
+        | Pointwise::HardsigmoidBackward
+        | Pointwise::SoftplusBackward => 2,
+        Pointwise::Addcmul | Pointwise::Addcdiv | Pointwise::Where => 3,
         _ => return None,
     })
 }
@@ -299,6 +325,46 @@ unsafe fn compute_any(op: Pointwise, [x, y]: [f32; 2], [a, b, c]: [*const f32; 3
             Pointwise::Addcmul => map3(n, a, b, c, o, |s, t1, t2| s + x * t1 * t2),
             Pointwise::Addcdiv => map3(n, a, b, c, o, |s, t1, t2| s + x * t1 / t2),
             // ANCHOR_END: optimizer_math
+            // ANCHOR: table_formulas
+            // The table-driven operators (csrc/operators/PointwiseTable.cpp): one formula each.
+            // Comparisons and logical operators give 1.0 or 0.0, stored as the output's dtype.
+            Pointwise::Eq => map2(n, a, b, o, |a, b| f32::from(u8::from(a == b))),
+            Pointwise::Ne => map2(n, a, b, o, |a, b| f32::from(u8::from(a != b))),
+            Pointwise::Lt => map2(n, a, b, o, |a, b| f32::from(u8::from(a < b))),
+            Pointwise::Le => map2(n, a, b, o, |a, b| f32::from(u8::from(a <= b))),
+            Pointwise::Gt => map2(n, a, b, o, |a, b| f32::from(u8::from(a > b))),
+            Pointwise::Ge => map2(n, a, b, o, |a, b| f32::from(u8::from(a >= b))),
+            Pointwise::LogicalNot => map1(n, a, o, |a| f32::from(u8::from(a == 0.0))),
+            Pointwise::LogicalAnd => map2(n, a, b, o, |a, b| f32::from(u8::from(a != 0.0 && b != 0.0))),
+            Pointwise::LogicalOr => map2(n, a, b, o, |a, b| f32::from(u8::from(a != 0.0 || b != 0.0))),
+            Pointwise::IsNegInf => map1(n, a, o, |a| f32::from(u8::from(a == f32::NEG_INFINITY))),
+            Pointwise::IsPosInf => map1(n, a, o, |a| f32::from(u8::from(a == f32::INFINITY))),
+            Pointwise::Where => map3(n, a, b, c, o, |cond, s, other| if cond != 0.0 { s } else { other }),
+            Pointwise::MaskedFill => map2(n, a, b, o, |mask, s| if mask != 0.0 { x } else { s }),
+            Pointwise::Sign => map1(n, a, o, |a| if a > 0.0 { 1.0 } else if a < 0.0 { -1.0 } else { a * 0.0 }),
+            Pointwise::Rsqrt => map1(n, a, o, |a| 1.0 / a.sqrt()),
+            Pointwise::Erfinv => map1(n, a, o, math::erfinv),
+            Pointwise::PowScalar if x == 2.0 => map1(n, a, o, |a| a * a),
+            Pointwise::PowScalar if x == 0.5 => map1(n, a, o, f32::sqrt),
+            Pointwise::PowScalar => map1(n, a, o, |a| a.powf(x)),
+            Pointwise::ClampMin => map1(n, a, o, |a| if a < x { x } else { a }),
+            Pointwise::ClampMax => map1(n, a, o, |a| if a > x { x } else { a }),
+            Pointwise::Hardswish => map1(n, a, o, |a| a * (a + 3.0).clamp(0.0, 6.0) / 6.0),
+            Pointwise::Hardsigmoid => map1(n, a, o, |a| (a + 3.0).clamp(0.0, 6.0) / 6.0),
+            Pointwise::HardswishBackward => map2(n, a, b, o, |grad, s| {
+                if s < -3.0 { 0.0 } else if s <= 3.0 { grad * (s / 3.0 + 0.5) } else { grad }
+            }),
+            Pointwise::HardsigmoidBackward => map2(n, a, b, o, |grad, s| if s > -3.0 && s < 3.0 { grad / 6.0 } else { 0.0 }),
+            // sigmoid's and tanh's gradients from their outputs: (grad, output).
+            Pointwise::SigmoidBackward => map2(n, a, b, o, |grad, y| grad * (1.0 - y) * y),
+            Pointwise::TanhBackward => map2(n, a, b, o, |grad, y| grad * (1.0 - y * y)),
+            // x: beta, y: threshold (linear above it, as CPU).
+            Pointwise::Softplus => map1(n, a, o, |a| if a * x > y { a } else { (a * x).exp().ln_1p() / x }),
+            Pointwise::SoftplusBackward => map2(n, a, b, o, |grad, s| {
+                let z = (s * x).exp();
+                if s * x > y { grad } else { grad * z / (z + 1.0) }
+            }),
+            // ANCHOR_END: table_formulas
             _ => {} // arity() admits only the operations above
         }
     }

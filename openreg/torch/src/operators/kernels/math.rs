@@ -219,3 +219,57 @@ pub(crate) fn sincos_turns<const FMA: bool>(t: f32) -> (f32, f32) {
     (a * sin_sign, b * cos_sign)
 }
 // ANCHOR_END: sincos
+
+/// The inverse error function in float32 (Giles, "Approximating the erfinv function", 2010:
+/// two polynomials in `w = -ln(1 - x^2)`), refined by one Newton step on `erf`. ±1 give ±inf,
+/// outside [-1, 1] NaN, as on CPU.
+#[inline(always)]
+pub(crate) fn erfinv(x: f32) -> f32 {
+    let xd = f64::from(x);
+    let w = -((1.0 - xd) * (1.0 + xd)).ln();
+    let p = if w < 5.0 {
+        let w = w - 2.5;
+        let mut p = 2.810_226_36e-08;
+        for c in [3.432_739_39e-07, -3.523_387_7e-06, -4.391_506_54e-06, 0.000_218_580_87, -0.001_253_725_03,
+                  -0.004_177_681_64, 0.246_640_727, 1.501_409_41] {
+            p = p * w + c;
+        }
+        p
+    } else {
+        let w = w.sqrt() - 3.0;
+        let mut p = -0.000_200_214_257;
+        for c in [0.000_100_950_558, 0.001_349_343_22, -0.003_673_428_44, 0.005_739_507_73, -0.007_622_461_3,
+                  0.009_438_870_47, 1.001_674_06, 2.832_976_82] {
+            p = p * w + c;
+        }
+        p
+    };
+    let mut y = p * xd;
+    if y.abs() < 2.5 {
+        // One Newton step: erf(y) - x = 0, erf'(y) = 2/sqrt(pi) exp(-y^2).
+        let err = libm_erf(y) - xd;
+        y -= err / (std::f64::consts::FRAC_2_SQRT_PI * (-y * y).exp());
+    }
+    if xd == 1.0 { f32::INFINITY } else if xd == -1.0 { f32::NEG_INFINITY } else if xd.abs() > 1.0 || x.is_nan() { f32::NAN } else { y as f32 }
+}
+
+/// erf in float64 (Abramowitz and Stegun 7.1.26 is too coarse for a Newton step): the series
+/// below 2.5, the continued fraction's asymptote above.
+fn libm_erf(x: f64) -> f64 {
+    let a = x.abs();
+    let r = if a < 2.5 {
+        // erf(x) = 2/sqrt(pi) sum (-1)^n x^(2n+1) / (n! (2n+1))
+        let (mut term, mut sum, mut n) = (a, a, 0.0);
+        while term.abs() > 1e-17 * sum.abs() {
+            n += 1.0;
+            term *= -a * a / n;
+            sum += term / (2.0 * n + 1.0);
+        }
+        std::f64::consts::FRAC_2_SQRT_PI * sum
+    } else {
+        // erfc(x) ~ exp(-x^2) / (x sqrt(pi)) * (1 - 1/(2x^2) + 3/(4x^4) - 15/(8x^6))
+        let z = 1.0 / (a * a);
+        1.0 - (-a * a).exp() / (a * std::f64::consts::PI.sqrt()) * (1.0 - z / 2.0 + 0.75 * z * z - 1.875 * z * z * z)
+    };
+    r.copysign(x)
+}

@@ -28,21 +28,38 @@ struct Acc {
     value: f64,
 }
 
+/// The larger (Amax) or smaller (Amin) of two values; NaN wins, as in torch.amax and amin.
+fn pick(op: Reduction, a: f64, b: f64) -> f64 {
+    if a.is_nan() || b.is_nan() {
+        f64::NAN
+    } else if op == Reduction::Amax {
+        a.max(b)
+    } else {
+        a.min(b)
+    }
+}
+
+fn extremum(op: Reduction) -> bool {
+    matches!(op, Reduction::Amax | Reduction::Amin)
+}
+
 impl Acc {
     fn new(op: Reduction) -> Acc {
-        let value = if op == Reduction::Amax { f64::NEG_INFINITY } else { 0.0 };
+        let value = match op {
+            Reduction::Amax => f64::NEG_INFINITY,
+            Reduction::Amin => f64::INFINITY,
+            _ => 0.0,
+        };
         Acc { op, value }
     }
 
     fn add(&mut self, xs: &[f32]) {
-        if self.op == Reduction::Amax {
+        if extremum(self.op) {
             for &x in xs {
-                // NaN wins, as in torch.amax.
-                if self.value.is_nan() || x.is_nan() {
-                    self.value = f64::NAN;
+                self.value = pick(self.op, self.value, f64::from(x));
+                if self.value.is_nan() {
                     return;
                 }
-                self.value = self.value.max(f64::from(x));
             }
         } else {
             // Each block summed in float32 lanes, its total added in float64, which keeps
@@ -54,10 +71,8 @@ impl Acc {
     }
 
     fn merge(mut self, other: Acc) -> Acc {
-        if self.op == Reduction::Amax {
-            if other.value.is_nan() || other.value > self.value {
-                self.value = other.value;
-            }
+        if extremum(self.op) {
+            self.value = pick(self.op, self.value, other.value);
         } else {
             self.value += other.value;
         }
@@ -161,9 +176,9 @@ impl Reduce {
                 // acc_stride is 1: the run is along the kept, contiguous dimension.
                 let first = (offsets[2] + done as isize * acc_stride) as usize;
                 let row = &mut acc[first..first + n];
-                if self.op == Reduction::Amax {
+                if extremum(self.op) {
                     for (a, &x) in row.iter_mut().zip(&buf[..n]) {
-                        *a = if a.is_nan() || x.is_nan() { f64::NAN } else { a.max(f64::from(x)) };
+                        *a = pick(self.op, *a, f64::from(x));
                     }
                 } else {
                     for (a, &x) in row.iter_mut().zip(&buf[..n]) {

@@ -1,0 +1,170 @@
+"""The table-driven elementwise operators (csrc/operators/PointwiseTable.cpp), any/all/min/max
+and linalg.qr: each against CPU over the correctness matrix (dtypes, strides, transposed,
+broadcasting, out=, in-place, empty, 0-dim, both devices), with no fallback for the dtypes
+the formulas compute in."""
+
+import pytest
+import torch
+
+DEVICES = ["openreg:0", "openreg:1"]
+FLOATS = [torch.float32, torch.float16, torch.bfloat16]
+
+
+def inputs(shape, dtype, device, transposed=False, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(shape, generator=g) * 3
+    if x.numel():
+        x.view(-1)[::7] = 0.0  # ties and zeros for comparisons and sign
+    x = x.to(dtype)
+    if transposed and x.dim() == 2:
+        x = x.t().contiguous().t()
+    return x, x.to(device)
+
+
+SHAPES = [(5, 7), (0, 3), (), (33,)]
+
+UNARY = {
+    "sign": torch.sign, "sgn": torch.sgn, "rsqrt": lambda x: torch.rsqrt(x.abs() + 0.5),
+    "erfinv": lambda x: torch.erfinv(torch.tanh(x) * 0.999),
+    "pow2": lambda x: torch.pow(x, 2), "pow3": lambda x: torch.pow(x, 3.0), "pow_half": lambda x: torch.pow(x.abs(), 0.5),
+    "clamp_min": lambda x: torch.clamp_min(x, 0.3), "clamp_max": lambda x: torch.clamp_max(x, -0.2),
+    "hardswish": torch.nn.functional.hardswish, "hardsigmoid": torch.nn.functional.hardsigmoid,
+    "softplus": lambda x: torch.nn.functional.softplus(x, beta=2.0, threshold=5.0),
+    "logical_not": torch.logical_not, "isneginf": torch.isneginf, "isposinf": torch.isposinf,
+}
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("transposed", [False, True])
+@pytest.mark.parametrize("name", sorted(UNARY))
+def test_unary_matches_cpu(name, shape, dtype, device, transposed):
+    fn = UNARY[name]
+    cpu, dev = inputs(shape, dtype, device, transposed)
+    torch.openreg.reset_fallback_counts()
+    got = fn(dev)
+    assert torch.openreg.fallback_counts() == {}, name
+    want = fn(cpu)
+    assert got.dtype == want.dtype and got.shape == want.shape
+    # 16-bit floats: one rounding here (computed in float32), possibly more on CPU: an ulp apart.
+    rtol = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1.6e-2}[dtype]
+    torch.testing.assert_close(got.cpu(), want, equal_nan=True, rtol=rtol, atol=1e-6 if dtype == torch.float32 else 1e-3)
+
+
+COMPARE = ["eq", "ne", "lt", "le", "gt", "ge"]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("name", COMPARE)
+def test_comparisons_match_cpu(name, dtype, device):
+    op = getattr(torch, name)
+    a_cpu, a = inputs((4, 6), dtype, device, seed=1)
+    b_cpu, b = inputs((6,), dtype, device, seed=2)  # broadcast along rows
+    torch.openreg.reset_fallback_counts()
+    results = [
+        (op(a, b), op(a_cpu, b_cpu)),
+        (op(a, 0.0), op(a_cpu, 0.0)),
+        (op(a.t(), 1.5), op(a_cpu.t(), 1.5)),
+        (op(a[:0], 1.0), op(a_cpu[:0], 1.0)),
+        (op(a[0, 0], a[1, 1]), op(a_cpu[0, 0], a_cpu[1, 1])),
+    ]
+    out = torch.empty(4, 6, dtype=torch.bool, device=device)
+    results.append((op(a, b, out=out), op(a_cpu, b_cpu)))
+    inplace = a.clone()
+    getattr(inplace, name + "_")(b)
+    want_inplace = a_cpu.clone()
+    getattr(want_inplace, name + "_")(b_cpu)
+    results.append((inplace, want_inplace))
+    assert torch.openreg.fallback_counts() == {}
+    for got, want in results:
+        assert got.dtype == want.dtype and torch.equal(got.cpu(), want)
+    assert out.data_ptr() == results[5][0].data_ptr()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_logical_where_masked_fill_and_bitwise_on_bools(device):
+    a_cpu, a = inputs((8, 5), torch.float32, device, seed=3)
+    m_cpu, m = a_cpu > 0, a > 0
+    n_cpu, n = a_cpu < 1, a < 1
+    torch.openreg.reset_fallback_counts()
+    pairs = [
+        (torch.logical_and(m, n), torch.logical_and(m_cpu, n_cpu)),
+        (torch.logical_or(m, a), torch.logical_or(m_cpu, a_cpu)),
+        (m | n, m_cpu | n_cpu), (m & n, m_cpu & n_cpu),
+        (torch.where(m, a, -a), torch.where(m_cpu, a_cpu, -a_cpu)),
+        (torch.where(m, a, 0.0), torch.where(m_cpu, a_cpu, 0.0)),
+        (torch.where(m[:, :1], a, a.t().contiguous().t()), torch.where(m_cpu[:, :1], a_cpu, a_cpu)),
+        (a.masked_fill(m, -7.0), a_cpu.masked_fill(m_cpu, -7.0)),
+        (a.masked_fill(m[0], 2.5), a_cpu.masked_fill(m_cpu[0], 2.5)),  # a broadcast mask
+        (m.any(), m_cpu.any()), (m.all(), m_cpu.all()), (n.any(dim=1), n_cpu.any(dim=1)),
+        (m.all(dim=0, keepdim=True), m_cpu.all(dim=0, keepdim=True)),
+        (a.max(), a_cpu.max()), (a.min(), a_cpu.min()), (a.amin(1), a_cpu.amin(1)),
+        (m[:0].any(), m_cpu[:0].any()), (m[:0].all(), m_cpu[:0].all()),
+    ]
+    assert torch.openreg.fallback_counts() == {}
+    for i, (got, want) in enumerate(pairs):
+        assert got.dtype == want.dtype and got.shape == want.shape, i
+        assert torch.equal(got.cpu(), want), i
+    x = a.clone()
+    x.masked_fill_(m, 1.0)
+    assert torch.equal(x.cpu(), a_cpu.masked_fill(m_cpu, 1.0))
+
+
+@pytest.mark.parametrize("name, fn", [
+    ("hardswish", torch.nn.functional.hardswish), ("hardsigmoid", torch.nn.functional.hardsigmoid),
+    ("sigmoid", torch.sigmoid), ("tanh", torch.tanh), ("softplus", torch.nn.functional.softplus),
+])
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_backwards_match_cpu(name, fn, dtype):
+    cpu, dev = inputs((6, 9), dtype, "openreg", seed=4)
+    cpu.requires_grad_(), dev.requires_grad_()
+    grad = torch.randn(6, 9).to(dtype)
+    torch.openreg.reset_fallback_counts()
+    fn(dev).backward(grad.to("openreg"))
+    assert torch.openreg.fallback_counts() == {}, name
+    fn(cpu).backward(grad)
+    torch.testing.assert_close(dev.grad.cpu(), cpu.grad, rtol=1e-2 if dtype != torch.float32 else 1e-5,
+                               atol=1e-2 if dtype != torch.float32 else 1e-6)
+
+
+def test_other_dtypes_and_bad_input_go_to_cpu_kernels():
+    i = torch.arange(6).openreg()
+    torch.openreg.reset_fallback_counts()
+    assert torch.equal((i < 3).cpu(), torch.arange(6) < 3)  # int64: CPU's kernel, counted
+    assert torch.openreg.fallback_counts() != {}
+    with pytest.raises(RuntimeError, match="not implemented for 'Float'"):
+        torch.ones(2).openreg() | torch.ones(2).openreg()
+    with pytest.raises(RuntimeError, match="boolean masks"):
+        torch.ones(2).openreg().masked_fill_(torch.ones(2).openreg(), 1.0)
+    with pytest.raises(RuntimeError, match="Expected reduction dim"):
+        torch.ones(0).openreg().max()
+    with pytest.raises(RuntimeError, match="size of tensor a"):
+        torch.ones(3).openreg() < torch.ones(4).openreg()
+    # A NaN bound is CPU's NaN result.
+    assert torch.isnan(torch.clamp_min(torch.ones(3).openreg(), float("nan")).cpu()).all()
+
+
+@pytest.mark.parametrize("shape", [(5, 3), (3, 5), (4, 4), (2, 6, 4), (0, 3)])
+@pytest.mark.parametrize("mode", ["reduced", "complete", "r"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_qr_matches_cpu(shape, mode, dtype):
+    a = torch.randn(shape, dtype=dtype, generator=torch.Generator().manual_seed(5))
+    torch.openreg.reset_fallback_counts()
+    q, r = torch.linalg.qr(a.openreg(), mode=mode)
+    assert torch.openreg.fallback_counts() == {}
+    q_cpu, r_cpu = torch.linalg.qr(a, mode=mode)
+    tol = dict(rtol=1e-4, atol=1e-4) if dtype == torch.float32 else dict(rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(r.cpu(), r_cpu, **tol)
+    torch.testing.assert_close(q.cpu(), q_cpu, **tol)
+
+
+def test_orthogonal_and_trunc_normal_init_run_on_the_device():
+    torch.openreg.reset_fallback_counts()
+    w = torch.empty(6, 4, device="openreg")
+    torch.nn.init.orthogonal_(w)
+    torch.nn.init.trunc_normal_(torch.empty(100, device="openreg"), std=0.02)
+    torch.openreg.synchronize()
+    assert torch.openreg.fallback_counts() == {}
+    torch.testing.assert_close((w.t() @ w).cpu(), torch.eye(4), atol=1e-5, rtol=1e-5)

@@ -1,0 +1,239 @@
+// Elementwise operators registered from a table: a row names the operator's schemas
+// (functional, in-place, out=), how PyTorch builds its TensorIterator, and the Rust formula
+// (`Pointwise::*`, one arm in kernels/elementwise.rs). One boxed kernel serves every row: it
+// reads the arguments from the stack, builds the iterator as CPU's kernel does (so shapes,
+// broadcasting, type promotion, out= checks and their errors are CPU's), and launches the
+// formula. A dtype the formulas do not compute in goes to the CPU fallback, counted.
+//
+// Adding an operator is one row here and one formula in Rust.
+
+#include "operators/Structured.h"
+
+#include <ATen/native/TensorIterator.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/result_type.h>
+#include <ATen/ScalarOps.h>
+#include <torch/library.h>
+
+#include <cmath>
+#include <initializer_list>
+#include <string>
+#include <unordered_map>
+
+namespace openreg {
+
+void run_on_cpu(const c10::OperatorHandle& op, torch::jit::Stack* stack);  // Fallback.cpp
+
+namespace {
+
+// ANCHOR: kinds
+// How an operator's TensorIterator is built (the TensorIteratorBase::build_* CPU's kernel uses).
+enum class Kind {
+  Unary,       // same dtype out (sign, erfinv on floats)
+  UnaryFloat,  // integers promoted to the default float (rsqrt, erfinv)
+  UnaryBool,   // a bool result (logical_not, isneginf)
+  Binary,      // two tensors, promoted (the activations' backwards)
+  Comparison,  // two operands promoted, a bool result (also logical_and, logical_or); a
+               // Scalar operand is a CPU scalar input
+  Where,       // condition, self, other
+  MaskedFill,  // self[mask] = value, in place (the value is the formula's parameter)
+};
+
+struct Row {
+  std::initializer_list<const char*> schemas;  // every overload this row serves
+  Kind kind;
+  Pointwise op;
+  // Scalars of the schema (other than a comparison's operand) become the formula's parameters.
+  // `check`, if any, says whether the formula computes this call (else: CPU's kernel).
+  bool (*check)(const std::vector<at::Tensor>& inputs, const std::vector<double>& params) = nullptr;
+};
+// ANCHOR_END: kinds
+
+bool finite_bound(const std::vector<at::Tensor>&, const std::vector<double>& p) {
+  return !p.empty() && !std::isnan(p[0]);  // a NaN bound: CPU's NaN result, from CPU's kernel
+}
+
+// Bitwise operators are logical ones on bool tensors; other dtypes are CPU's (its error for
+// floats, its bit arithmetic for integers).
+bool all_bool(const std::vector<at::Tensor>& inputs, const std::vector<double>&) {
+  for (const auto& t : inputs) {
+    if (t.scalar_type() != at::kBool) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// ANCHOR: table
+const Row kTable[] = {
+    {{"eq.Tensor", "eq_.Tensor", "eq.Tensor_out", "eq.Scalar", "eq_.Scalar", "eq.Scalar_out"}, Kind::Comparison, Pointwise::Eq},
+    {{"ne.Tensor", "ne_.Tensor", "ne.Tensor_out", "ne.Scalar", "ne_.Scalar", "ne.Scalar_out"}, Kind::Comparison, Pointwise::Ne},
+    {{"lt.Tensor", "lt_.Tensor", "lt.Tensor_out", "lt.Scalar", "lt_.Scalar", "lt.Scalar_out"}, Kind::Comparison, Pointwise::Lt},
+    {{"le.Tensor", "le_.Tensor", "le.Tensor_out", "le.Scalar", "le_.Scalar", "le.Scalar_out"}, Kind::Comparison, Pointwise::Le},
+    {{"gt.Tensor", "gt_.Tensor", "gt.Tensor_out", "gt.Scalar", "gt_.Scalar", "gt.Scalar_out"}, Kind::Comparison, Pointwise::Gt},
+    {{"ge.Tensor", "ge_.Tensor", "ge.Tensor_out", "ge.Scalar", "ge_.Scalar", "ge.Scalar_out"}, Kind::Comparison, Pointwise::Ge},
+    {{"logical_not", "logical_not_", "logical_not.out"}, Kind::UnaryBool, Pointwise::LogicalNot},
+    {{"logical_and", "logical_and_", "logical_and.out"}, Kind::Comparison, Pointwise::LogicalAnd},
+    {{"logical_or", "logical_or_", "logical_or.out"}, Kind::Comparison, Pointwise::LogicalOr},
+    {{"bitwise_and.Tensor", "bitwise_and_.Tensor", "bitwise_and.Tensor_out"}, Kind::Binary, Pointwise::LogicalAnd, all_bool},
+    {{"bitwise_or.Tensor", "bitwise_or_.Tensor", "bitwise_or.Tensor_out"}, Kind::Binary, Pointwise::LogicalOr, all_bool},
+    {{"isneginf", "isneginf.out"}, Kind::UnaryBool, Pointwise::IsNegInf},
+    {{"isposinf", "isposinf.out"}, Kind::UnaryBool, Pointwise::IsPosInf},
+    {{"where.self", "where.self_out"}, Kind::Where, Pointwise::Where},
+    {{"masked_fill_.Scalar"}, Kind::MaskedFill, Pointwise::MaskedFill},
+    {{"sign", "sign_", "sign.out", "sgn", "sgn_", "sgn.out"}, Kind::Unary, Pointwise::Sign},
+    {{"rsqrt", "rsqrt_", "rsqrt.out"}, Kind::UnaryFloat, Pointwise::Rsqrt},
+    {{"erfinv", "erfinv_", "erfinv.out"}, Kind::UnaryFloat, Pointwise::Erfinv},
+    {{"pow.Tensor_Scalar", "pow_.Scalar", "pow.Tensor_Scalar_out"}, Kind::Unary, Pointwise::PowScalar},
+    {{"clamp_min", "clamp_min_", "clamp_min.out"}, Kind::Unary, Pointwise::ClampMin, finite_bound},
+    {{"clamp_max", "clamp_max_", "clamp_max.out"}, Kind::Unary, Pointwise::ClampMax, finite_bound},
+    {{"hardswish", "hardswish_", "hardswish.out"}, Kind::Unary, Pointwise::Hardswish},
+    {{"hardsigmoid", "hardsigmoid_", "hardsigmoid.out"}, Kind::Unary, Pointwise::Hardsigmoid},
+    {{"hardswish_backward", "hardswish_backward.out"}, Kind::Binary, Pointwise::HardswishBackward},
+    {{"hardsigmoid_backward", "hardsigmoid_backward.grad_input"}, Kind::Binary, Pointwise::HardsigmoidBackward},
+    {{"sigmoid_backward", "sigmoid_backward.grad_input"}, Kind::Binary, Pointwise::SigmoidBackward},
+    {{"tanh_backward", "tanh_backward.grad_input"}, Kind::Binary, Pointwise::TanhBackward},
+    {{"softplus", "softplus.out"}, Kind::Unary, Pointwise::Softplus},
+    {{"softplus_backward", "softplus_backward.grad_input"}, Kind::Binary, Pointwise::SoftplusBackward},
+};
+// ANCHOR_END: table
+
+const Row* row_for(const std::string& schema) {
+  static const auto rows = [] {
+    std::unordered_map<std::string, const Row*> map;
+    for (const Row& row : kTable) {
+      for (const char* name : row.schemas) {
+        map.emplace(name, &row);
+      }
+    }
+    return map;
+  }();
+  const auto it = rows.find(schema);
+  return it == rows.end() ? nullptr : it->second;
+}
+
+std::string schema_name(const c10::OperatorHandle& op) {
+  const auto& name = op.schema().operator_name();
+  return name.overload_name.empty() ? name.name.substr(6) : name.name.substr(6) + "." + name.overload_name;
+}
+
+// A CPU scalar (0-dim, wrapped) for a Scalar operand: TensorIterator passes it by value.
+at::Tensor scalar_operand(const c10::IValue& v) {
+  return at::native::wrapped_scalar_tensor(v.toScalar());
+}
+
+// ANCHOR: boxed
+void table_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const std::string name = schema_name(op);
+  const Row* row = row_for(name);
+  TORCH_INTERNAL_ASSERT(row != nullptr, "no table row for ", name);
+  const auto& arguments = op.schema().arguments();
+  const size_t first = stack->size() - arguments.size();
+  // The arguments: tensors (a comparison's Scalar operand too) in order, the out= tensor, and
+  // the formula's parameters (any other number; an absent optional is NaN).
+  std::vector<at::Tensor> inputs;
+  std::vector<double> params;
+  at::Tensor out;
+  for (size_t i = 0; i < arguments.size(); ++i) {
+    const c10::IValue& v = (*stack)[first + i];
+    if (arguments[i].is_out()) {
+      out = v.toTensor();
+    } else if (v.isTensor()) {
+      inputs.push_back(v.toTensor());
+    } else if (v.isScalar() && row->kind == Kind::Comparison) {
+      inputs.push_back(scalar_operand(v));
+    } else if (v.isNone()) {
+      params.push_back(std::nan(""));
+    } else if (v.isBool()) {
+      params.push_back(v.toBool() ? 1.0 : 0.0);
+    } else {
+      params.push_back(v.toScalar().toDouble());
+    }
+  }
+  const bool in_place = !out.defined() && op.schema().name().back() == '_';
+  if (in_place) {
+    out = inputs[0];
+  }
+  if (row->check != nullptr && !row->check(inputs, params)) {
+    return run_on_cpu(op, stack);
+  }
+  params.resize(2, 0.0);
+
+  at::TensorIterator iter;
+  const at::Tensor& a = inputs[0];
+  const at::Tensor b = inputs.size() > 1 ? inputs[1] : at::Tensor();
+  switch (row->kind) {
+    case Kind::Unary: iter.build_borrowing_unary_op(out, a); break;
+    case Kind::UnaryFloat: iter.build_borrowing_unary_float_op(out, a); break;
+    case Kind::Binary: iter.build_borrowing_binary_op(out, a, b); break;
+    case Kind::Comparison: {
+      // Two tensors of different dtypes are compared in their common dtype, as CPU does.
+      const auto cpu_scalar = [](const at::Tensor& t) { return t.dim() == 0 && t.is_cpu(); };
+      if (a.scalar_type() != b.scalar_type() && !cpu_scalar(a) && !cpu_scalar(b) && !in_place) {
+        const auto type = at::result_type(a, b);
+        iter.build_comparison_op(out, a.to(type), b.to(type));
+      } else {
+        iter.build_borrowing_comparison_op(out, a, b);
+      }
+      break;
+    }
+    case Kind::UnaryBool: {
+      if (!out.defined()) {
+        out = at::empty(a.sizes(), a.options().dtype(at::kBool));
+      }
+      at::TensorIteratorConfig config;
+      config.check_all_same_dtype(false).add_output(out).add_const_input(a);
+      iter = config.build();
+      break;
+    }
+    case Kind::Where: {
+      // CPU's where: self and other promoted to their result type, a bool condition.
+      TORCH_CHECK(a.scalar_type() == at::kBool, "where expected condition to be a boolean tensor, but got a tensor with dtype ",
+                  a.scalar_type());
+      const auto type = at::result_type(inputs[1], inputs[2]);
+      const at::Tensor s = inputs[1].to(a.device(), type), o = inputs[2].to(a.device(), type);
+      if (!out.defined()) {
+        out = at::empty({0}, s.options());  // resized by the iterator, as CPU's where does
+      }
+      at::TensorIteratorConfig config;
+      config.check_all_same_dtype(false).add_output(out).add_const_input(a).add_const_input(s).add_const_input(o);
+      iter = config.build();
+      break;
+    }
+    case Kind::MaskedFill: {
+      // self = mask ? value : self; the mask broadcasts to self, never the other way.
+      TORCH_CHECK(b.scalar_type() == at::kBool, "masked_fill_ only supports boolean masks, but got mask with dtype ",
+                  b.scalar_type());
+      at::TensorIteratorConfig config;
+      config.set_check_mem_overlap(false).check_all_same_dtype(false).resize_outputs(false)
+          .add_output(a).add_const_input(b).add_const_input(a);
+      iter = config.build();
+      out = a;
+      break;
+    }
+  }
+  if (!run_pointwise(iter, row->op, params[0], params[1])) {
+    return run_on_cpu(op, stack);  // a dtype the formulas do not compute in
+  }
+  torch::jit::drop(*stack, arguments.size());
+  torch::jit::push(*stack, out.defined() ? out : iter.output(0));
+}
+// ANCHOR_END: boxed
+
+} // namespace
+
+void register_table_ops() {
+  static torch::Library library(torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1,
+                                __FILE__, __LINE__);
+  static bool registered = [] {
+    for (const Row& row : kTable) {
+      for (const char* name : row.schemas) {
+        library.impl(name, torch::CppFunction::makeFromBoxedFunction<&table_kernel>());
+      }
+    }
+    return true;
+  }();
+  (void)registered;
+}
+
+} // namespace openreg
