@@ -43,6 +43,11 @@ NATIVE = native_operators()
 OPS = [op for op in op_db if reaches_native_kernel(op, NATIVE)]
 # ANCHOR_END: setup
 
+# Gradients whose CPU result is itself ill-conditioned. pow's gradient with respect to a
+# broadcast exponent sums terms near 1e8 that cancel to about 1e4: a one-ulp difference in
+# log() (libm's here, Sleef's on CPU) shows at 1e-5 relative, either side of float64's answer.
+BACKWARD_TOLERANCES = {"pow": dict(rtol=5e-5, atol=1e-5)}
+
 # ANCHOR: skips
 # Every skip, with its reason. Keys are OpInfo full names (name.variant).
 SKIPS = {
@@ -117,7 +122,9 @@ class TestOpInfo(TestCase):
     def test_compare_cpu(self, device, dtype, op):
         self.assertTrue(torch.device(device).type == "openreg")
         for sample in op.sample_inputs(device, dtype):
-            expected = op(*to_cpu((sample.input, *sample.args)), **to_cpu(sample.kwargs))
+            # A factory's device is a keyword (torch.eye(3, device=...)): the CPU run gets "cpu".
+            cpu_kwargs = {**to_cpu(sample.kwargs), **({"device": "cpu"} if "device" in sample.kwargs else {})}
+            expected = op(*to_cpu((sample.input, *sample.args)), **cpu_kwargs)
             actual = op(sample.input, *sample.args, **sample.kwargs)
             try:
                 self.assertEqual(to_cpu(actual), expected, exact_device=True)
@@ -126,7 +133,8 @@ class TestOpInfo(TestCase):
                 if dtype not in (torch.float16, torch.bfloat16):
                     raise
                 reference = op(*to_cpu((sample.input, *sample.args), torch.float64),
-                               **to_cpu(sample.kwargs, torch.float64))
+                               **{**to_cpu(sample.kwargs, torch.float64),
+                                  **({"device": "cpu"} if "device" in sample.kwargs else {})})
                 assert_as_accurate_as_cpu(self, to_cpu(actual), expected, reference, dtype)
                 COUNTS["forward, closer to exact than CPU"] += 1
 
@@ -146,7 +154,8 @@ class TestOpInfo(TestCase):
             grads = torch.autograd.grad(outputs, leaves, [w.to(device) for w in weights], allow_unused=True)
             cpu_grads = torch.autograd.grad(cpu_outputs, cpu_leaves, weights, allow_unused=True)
             try:
-                self.assertEqual(to_cpu(list(grads)), list(cpu_grads), exact_device=True)
+                self.assertEqual(to_cpu(list(grads)), list(cpu_grads), exact_device=True,
+                                 **BACKWARD_TOLERANCES.get(op.name, {}))
                 COUNTS["backward"] += 1
             except AssertionError:
                 # As for forward results: at least as close to a float64 reference as CPU's.

@@ -168,3 +168,33 @@ def test_orthogonal_and_trunc_normal_init_run_on_the_device():
     torch.openreg.synchronize()
     assert torch.openreg.fallback_counts() == {}
     torch.testing.assert_close((w.t() @ w).cpu(), torch.eye(4), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_index_put_matches_cpu(device, dtype):
+    base = torch.randn(5, 6, 4).to(dtype)
+    rows = torch.tensor([0, 3, 4])
+    cols = torch.tensor([[1], [5]])
+    cases = [
+        lambda t, d: t.index_put_((rows.to(d),), torch.tensor(2.0, dtype=dtype).to(d)),
+        lambda t, d: t.index_put_((rows.to(d), cols.to(d)), torch.randn(2, 3, 4, generator=torch.Generator().manual_seed(1)).to(dtype).to(d)),
+        lambda t, d: t.__setitem__((slice(None), torch.tensor([2, -1]).to(d)), torch.ones(4, dtype=dtype).to(d)) or t,  # a later dim
+        lambda t, d: t.__setitem__((torch.tensor([1, 0]).to(d), slice(None), torch.tensor([3, 2]).to(d)), torch.full((6,), 4.0, dtype=dtype).to(d)) or t,  # non-adjacent
+        lambda t, d: t.index_put_((torch.tensor([1, 1, 1]).to(d),), torch.ones(6, 4, dtype=dtype).to(d), accumulate=True),
+        lambda t, d: t.transpose(0, 1).index_put_((torch.tensor([0, 2]).to(d),), torch.zeros(1, dtype=dtype).to(d)),  # strided self
+    ]
+    torch.openreg.reset_fallback_counts()
+    for i, case in enumerate(cases):
+        want = case(base.clone(), "cpu")
+        got = case(base.clone().to(device), device)
+        torch.testing.assert_close(got.cpu(), want, msg=f"case {i}")
+    assert torch.openreg.fallback_counts() == {}
+    with pytest.raises(IndexError, match="index 7 is out of bounds for dimension 0 with size 5"):
+        base.clone().to(device).index_put_((torch.tensor([7]).to(device),), torch.tensor(1.0, dtype=dtype).to(device))
+    with pytest.raises(RuntimeError, match="shape mismatch"):
+        base.clone().to(device).index_put_((rows.to(device),), torch.ones(2, dtype=dtype).to(device))
+    # bool masks take CPU's kernel, counted
+    masked = base.clone().to(device)
+    masked[masked > 0] = 0.0
+    assert torch.equal(masked.cpu(), base.clone().masked_fill(base > 0, 0.0))

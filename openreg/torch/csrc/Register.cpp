@@ -19,6 +19,7 @@ void register_backend() {
   register_guard();
   register_hooks();
   register_minimal_ops();
+  register_shallow_copy();
   register_stream_ops();
   register_random_ops();
   register_custom_ops();
@@ -31,6 +32,7 @@ void register_backend() {
     register_pointwise_ops();
     register_table_ops();
     register_linalg();
+    register_index_put();
     register_reductions();
     register_matmul();
     register_softmax();

@@ -94,6 +94,9 @@ struct RandomStub {
       case at::kShort: range = 1ULL << 15; break;
       case at::kInt: range = 1ULL << 31; break;
       case at::kLong: range = 1ULL << 63; break;
+      case at::kUInt16: range = 1ULL << 16; break;
+      case at::kUInt32: range = 1ULL << 32; break;
+      case at::kUInt64: range = 0; break;  // every uint64: 2^64, which the kernel takes as 0
       default: TORCH_CHECK_NOT_IMPLEMENTED(false, "random_ is not implemented for ", self.scalar_type());
     }
     fill(self, RandomOp::Integers, 0, 0, 0, range, gen);

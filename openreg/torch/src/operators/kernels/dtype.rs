@@ -48,6 +48,9 @@ pub(crate) fn item_size(code: i8) -> Option<usize> {
         3 | 6 => Some(4),       // int32, float32
         4 | 7 | 9 => Some(8),   // int64, float64, complex64
         10 => Some(16),         // complex128
+        27 => Some(2),          // uint16
+        28 => Some(4),          // uint32
+        29 => Some(8),          // uint64
         _ => None,
     }
 }

@@ -344,8 +344,13 @@ unsafe fn compute_any(op: Pointwise, [x, y]: [f32; 2], [a, b, c]: [*const f32; 3
             Pointwise::Sign => map1(n, a, o, |a| if a > 0.0 { 1.0 } else if a < 0.0 { -1.0 } else { a * 0.0 }),
             Pointwise::Rsqrt => map1(n, a, o, |a| 1.0 / a.sqrt()),
             Pointwise::Erfinv => map1(n, a, o, math::erfinv),
+            // CPU's special cases (pow_tensor_scalar_optimized_kernel), so results agree bit for bit.
             Pointwise::PowScalar if x == 2.0 => map1(n, a, o, |a| a * a),
+            Pointwise::PowScalar if x == 3.0 => map1(n, a, o, |a| a * a * a),
             Pointwise::PowScalar if x == 0.5 => map1(n, a, o, f32::sqrt),
+            Pointwise::PowScalar if x == -0.5 => map1(n, a, o, |a| 1.0 / a.sqrt()),
+            Pointwise::PowScalar if x == -1.0 => map1(n, a, o, |a| 1.0 / a),
+            Pointwise::PowScalar if x == -2.0 => map1(n, a, o, |a| 1.0 / (a * a)),
             Pointwise::PowScalar => map1(n, a, o, |a| a.powf(x)),
             Pointwise::ClampMin => map1(n, a, o, |a| if a < x { x } else { a }),
             Pointwise::ClampMax => map1(n, a, o, |a| if a > x { x } else { a }),

@@ -53,7 +53,7 @@ pub(crate) fn words(dist: Distribution, dtype: i8) -> usize {
 /// True if the kernel writes `dtype` for `dist`.
 pub(crate) fn supported(dist: Distribution, dtype: i8) -> bool {
     let float = matches!(dtype, 5 | 6 | 7 | 15);
-    let integer = matches!(dtype, 0..=4 | 11);
+    let integer = matches!(dtype, 0..=4 | 11 | 27..=29);
     match dist {
         Distribution::Integers { .. } | Distribution::Bernoulli { .. } | Distribution::BernoulliTensor { .. } => {
             float || integer
@@ -317,7 +317,7 @@ fn integer(from: i64, range: u64, a: u32, b: u32) -> i64 {
     from.wrapping_add(((u128::from(x) * u128::from(range)) >> 64) as i64)
 }
 
-/// Writes integers as `code` elements (uint8, int8, int16, int32, int64, bool).
+/// Writes integers as `code` elements (uint8, int8, int16, int32, int64, bool, uint16/32/64).
 ///
 /// # Safety
 /// The elements `first..first + values.len()` lie in the output.
@@ -336,6 +336,9 @@ unsafe fn store_ints(code: i8, data: usize, first: usize, values: &[i64]) {
             3 => put(data, first, values, |v| v as i32),
             4 => put(data, first, values, |v| v),
             11 => put(data, first, values, |v| u8::from(v != 0)),
+            27 => put(data, first, values, |v| v as u16),
+            28 => put(data, first, values, |v| v as u32),
+            29 => put(data, first, values, |v| v as u64),
             _ => {}
         }
     }
