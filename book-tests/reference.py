@@ -216,7 +216,7 @@ for prefix, module in [("torch.openreg", torch.openreg), ("torch.openreg.amp", t
                        ("torch.openreg.distributed", torch.openreg.distributed)]:
     for name in sorted(vars(module)):
         obj = getattr(module, name)
-        if name.startswith("_") or inspect.ismodule(obj) or getattr(obj, "__module__", "").split(".")[0] != "torch_openreg":
+        if name.startswith("_") or inspect.ismodule(obj) or not callable(obj) or getattr(obj, "__module__", "").split(".")[0] != "torch_openreg":
             continue
         doc = (inspect.getdoc(obj) or "").split("\n\n")[0].replace("\n", " ").replace("|", "\\|")
         path = inspect.getsourcefile(inspect.unwrap(obj))

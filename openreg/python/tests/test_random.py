@@ -388,3 +388,26 @@ def test_a_training_step_with_dropout_is_captured_and_replayed(side):
         losses.append(loss.item())
     assert len(set(losses)) == 4, losses  # a new dropout mask (and new weights) every replay
     assert all(math.isfinite(v) for v in losses)
+
+
+def test_graphsafe_rng_state_interface():
+    """torch 2.15's graph-safe RNG: AOTAutograd knows openreg (register_graphsafe_rng_device_type),
+    finds torch.openreg._get_generator and default_generators, and runs an operator with a
+    generator state swapped in (graphsafe_run_with_rng_state), which advances that state."""
+    from torch._functorch._aot_autograd.utils import get_default_generator, supports_graphsafe_rng
+    from torch._prims.rng_prims import graphsafe_run_with_rng_state
+
+    device = torch.device("openreg:0")
+    assert supports_graphsafe_rng(device)
+    assert get_default_generator(device) is torch.openreg.default_generators[0]
+    assert len(torch.openreg.default_generators) == 2
+    with pytest.raises(IndexError):
+        torch.openreg.default_generators[2]
+    state = torch.Generator(device="openreg").manual_seed(3).graphsafe_get_state()
+    before = torch.openreg.default_generators[0].get_offset()
+    draws = [graphsafe_run_with_rng_state(torch.ops.aten.rand.default, [4], device=device, rng_state=state).cpu()
+             for _ in range(2)]
+    eager = torch.Generator(device="openreg").manual_seed(3)
+    assert torch.equal(draws[0], torch.rand(4, device="openreg", generator=eager).cpu())
+    assert torch.equal(draws[1], torch.rand(4, device="openreg", generator=eager).cpu())
+    assert torch.openreg.default_generators[0].get_offset() == before  # its own state is restored

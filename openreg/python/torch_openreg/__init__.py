@@ -32,6 +32,9 @@ torch._register_device_module("openreg", torch_openreg.openreg)
 torch.utils.generate_methods_for_privateuse1_backend(
     for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True
 )
+# Our generator has graphsafe_get_state/graphsafe_set_state/clone_state and torch.openreg has
+# _get_generator and default_generators: AOTAutograd's graph-safe RNG may use it, as CUDA's.
+torch._functorch._aot_autograd.utils.register_graphsafe_rng_device_type("openreg")
 # ANCHOR_END: setup
 
 

@@ -35,7 +35,7 @@ use crate::runtime::stream::{
     stream_from_pool, stream_handle, stream_priority, synchronize_stream,
 };
 
-// ANCHOR: bridge
+// ANCHOR: bridge_head
 #[cxx::bridge(namespace = "openreg")]
 pub(crate) mod ffi {
     /// Which Python exception a failed call becomes (set by Rust, read by C++).
@@ -46,6 +46,7 @@ pub(crate) mod ffi {
         Index,
         OutOfMemory,
     }
+    // ANCHOR_END: bridge_head
 
     /// One statistic as PyTorch reports it: current, peak, and the cumulative ins and outs.
     #[derive(Debug, Clone, Copy, Default)]
@@ -347,6 +348,7 @@ pub(crate) mod ffi {
         per_sample: bool,
     }
 
+    // ANCHOR: dense
     /// A contiguous tensor in device memory: address, its storage (address, bytes), element
     /// count and `c10::ScalarType` code. An absent optional tensor has address 0.
     #[derive(Debug, Clone, Copy)]
@@ -357,6 +359,7 @@ pub(crate) mod ffi {
         numel: usize,
         dtype: i8,
     }
+    // ANCHOR_END: dense
 
     /// A (batch of) matrices in device memory: address and strides in elements, and the
     /// storage (address, bytes) that holds it.
@@ -370,6 +373,7 @@ pub(crate) mod ffi {
         col_stride: i64,
     }
 
+    // ANCHOR: extern_rust
     extern "Rust" {
         fn last_error_kind() -> ErrorKind;
 
@@ -380,6 +384,7 @@ pub(crate) mod ffi {
         fn set_device(index: i64) -> Result<()>;
         fn exchange_device(index: i64) -> Result<i8>;
         fn synchronize_device(index: i64) -> Result<()>;
+        // ANCHOR_END: extern_rust
 
         // Device memory (a caching allocator), with the statistics PyTorch reports.
         fn device_malloc(device: i64, size: usize) -> Result<usize>;
@@ -651,6 +656,7 @@ pub(crate) mod ffi {
         fn trace_take_activities() -> Vec<TraceActivity>;
     }
 
+    // ANCHOR: extern_cpp
     unsafe extern "C++" {
         include!("Register.h");
         /// Registers allocator, guard, hooks, operators and fallback with PyTorch. Idempotent.
@@ -658,5 +664,5 @@ pub(crate) mod ffi {
         /// `at::globalContext().lazyInitDevice(PrivateUse1)`: calls the hooks' `init` once.
         fn lazy_init_device() -> Result<()>;
     }
+    // ANCHOR_END: extern_cpp
 }
-// ANCHOR_END: bridge

@@ -151,6 +151,7 @@ from ._legacy import *  # noqa: E402,F403
 from ._legacy import __all__ as _legacy_all  # noqa: E402
 from .random import *  # noqa: E402,F403
 from .random import __all__ as _random_all  # noqa: E402
+from .random import _get_generator  # noqa: E402,F401  (AOTAutograd's graph-safe RNG)
 from .streams import *  # noqa: E402,F403
 from .streams import __all__ as _streams_all  # noqa: E402
 from . import _dynamo  # noqa: E402

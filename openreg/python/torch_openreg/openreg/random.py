@@ -6,6 +6,7 @@ import torch_openreg._C as _C
 from . import _device_index, _lazy_init, device_count
 
 __all__ = [
+    "default_generators",
     "get_rng_state",
     "get_rng_state_all",
     "initial_seed",
@@ -24,6 +25,33 @@ def _generator(device=None) -> torch.Generator:
     _lazy_init()
     return _C._get_default_generator(_device_index(device, optional=True))
 # ANCHOR_END: default_generator
+
+
+# ANCHOR: graphsafe
+def _get_generator(device: torch.device) -> torch.Generator:
+    """The default generator of ``device``: AOTAutograd's graph-safe RNG asks for it
+    (``torch._functorch._aot_autograd.utils.get_default_generator``)."""
+    return _generator(device)
+
+
+class _DefaultGenerators:
+    """``torch.openreg.default_generators[i]``, as ``torch.cuda.default_generators``; created on
+    first use, so importing the package does not initialise the device."""
+
+    def __getitem__(self, index: int) -> torch.Generator:
+        if not 0 <= index < device_count():
+            raise IndexError(f"openreg device index {index} out of range for {device_count()} devices")
+        return _generator(index)
+
+    def __len__(self) -> int:
+        return device_count()
+
+    def __iter__(self):
+        return (self[i] for i in range(len(self)))
+
+
+default_generators = _DefaultGenerators()
+# ANCHOR_END: graphsafe
 
 
 def get_rng_state(device="openreg") -> torch.Tensor:
