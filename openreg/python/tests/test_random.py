@@ -256,9 +256,10 @@ def test_random_operators_reach_no_fallback():
     for init in (torch.nn.init.uniform_, torch.nn.init.normal_, torch.nn.init.xavier_uniform_,
                  torch.nn.init.xavier_normal_, torch.nn.init.kaiming_uniform_, torch.nn.init.kaiming_normal_,
                  torch.nn.init.trunc_normal_, torch.nn.init.orthogonal_, torch.nn.init.eye_, torch.nn.init.zeros_,
-                 torch.nn.init.ones_, lambda t: torch.nn.init.constant_(t, 0.3)):
+                 torch.nn.init.ones_, lambda t: torch.nn.init.constant_(t, 0.3),
+                 lambda t: torch.nn.init.sparse_(t, 0.5)):
         init(w)
-    # (sparse_ and dirac_ write through advanced indexing, index_put_, which has no kernel yet.)
+    torch.nn.init.dirac_(torch.empty(4, 4, 3, 3, device=d))
     torch.nn.Linear(4, 4, device=d), torch.nn.Conv2d(2, 3, 3, device=d), torch.nn.Embedding(5, 3, device=d)
     torch.nn.LSTM(4, 4, device=d), torch.nn.TransformerEncoderLayer(8, 2, 16, device=d)
     torch.nn.functional.dropout(x, 0.5)

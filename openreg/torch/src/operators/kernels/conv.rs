@@ -128,6 +128,9 @@ fn im2col_lines(g: &Geometry, input: &[f32], columns: &mut [f32]) {
         let Some(start) = source else { return dst.fill(0.0) };
         dst[..range.start].fill(0.0);
         dst[range.end..].fill(0.0);
+        if range.is_empty() {
+            return; // every tap of the line reads padding (a kernel wider than input and padding)
+        }
         let src = &input[start..][..g.input[2]];
         if stride == 1 {
             let first = (range.start as isize + offset) as usize;
@@ -198,6 +201,9 @@ fn col2im(g: &Geometry, columns: &[f32], input: &mut [f32]) {
     let (width, stride) = (g.output[2], g.stride[2]);
     for_each_line(g, |line, source, range, offset| {
         let Some(start) = source else { return };
+        if range.is_empty() {
+            return; // the whole line read padding: nothing to add back
+        }
         let src = &columns[line * width..][..width];
         let dst = &mut input[start..][..g.input[2]];
         if stride == 1 {
