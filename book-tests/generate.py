@@ -180,7 +180,7 @@ def profiler_trace() -> str:
 
 
 # Chapter crates in the order of the book; each one's chapter shows what it adds.
-STAGES = ["device", "hooks", "autoload", "operators", "amp"]
+STAGES = ["device", "hooks", "autoload", "operators", "amp", "compile"]
 
 
 def crate_files(stage) -> list:
@@ -188,6 +188,7 @@ def crate_files(stage) -> list:
     crate = ROOT / "listings" / stage
     return sorted(str(p.relative_to(crate)) for p in crate.rglob("*")
                   if p.is_file() and p.name != "README.md"
+                  and p.suffix != ".so" and p.name != "Cargo.lock"
                   and not {"target", "__pycache__"} & set(p.relative_to(crate).parts))
 
 

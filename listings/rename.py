@@ -6,7 +6,10 @@
 Every name in the crate's README table changes, the pairs that must agree together:
 the Python package, the device name, the Cargo package and the generated header it names,
 the cxx bridge namespace and the C++ namespace, the operator namespace, the C++ and
-environment-variable names. Only the crate's text files are touched; run it once, on a copy.
+environment-variable names. Names change, nothing else: the README (prose about where the
+crate comes from) stays as the book wrote it, and paths into the book's repository
+(`openreg/runtime`, `openreg/torch`, `openreg/python`) keep pointing there. Run it once, on
+a copy.
 """
 
 import argparse
@@ -19,7 +22,10 @@ TAKEN = {"cpu", "cuda", "mkldnn", "opengl", "opencl", "ideep", "hip", "fpga", "m
          "vulkan", "metal", "xpu", "mps", "meta", "hpu", "ve", "lazy", "ipu", "mtia",
          "privateuseone", "openreg", "sparse", "quantized", "torch"}
 SKIP = {"target", ".venv", "__pycache__", ".git"}
-TEXT = {".rs", ".cpp", ".h", ".py", ".toml", ".md", ".txt", ".yaml", ".cfg"}
+# Code and configuration: where the names are. Markdown is prose about the book's crate.
+TEXT = {".rs", ".cpp", ".h", ".py", ".toml", ".txt", ".yaml", ".cfg"}
+# Paths into the book's repository, which a comment may cite: they name a place, not the backend.
+REPOSITORY_PATH = re.compile(r"((?<![\w./-])openreg/(?:torch|runtime|python)\b[\w./-]*)")
 
 
 def replacements(name: str, display: str):
@@ -33,6 +39,15 @@ def replacements(name: str, display: str):
     ]
 
 
+def rename_text(text: str, name: str, display: str) -> str:
+    """The names in `text` renamed; paths into the book's repository left as they are."""
+    parts = REPOSITORY_PATH.split(text)  # the paths at odd positions
+    for i in range(0, len(parts), 2):
+        for old, repl in replacements(name, display):
+            parts[i] = parts[i].replace(old, repl)
+    return "".join(parts)
+
+
 def rename(crate: Path, name: str, display: str) -> list:
     if not (crate / "Cargo.toml").is_file() or not (crate / "torch_openreg").is_dir():
         raise SystemExit(f"{crate}: not an unrenamed chapter crate (no Cargo.toml and torch_openreg/)")
@@ -43,9 +58,7 @@ def rename(crate: Path, name: str, display: str) -> list:
         if path.suffix not in TEXT and path.name != "Makefile":
             continue
         text = path.read_text()
-        new = text
-        for old, repl in replacements(name, display):
-            new = new.replace(old, repl)
+        new = rename_text(text, name, display)
         if new != text:
             path.write_text(new)
             changed.append(path.relative_to(crate))
@@ -73,7 +86,8 @@ def main(argv=None) -> int:
         parser.error(f"invalid --display {display!r}: expected a C++ identifier starting with a capital")
 
     changed = rename(args.crate, args.name, display)
-    print(f"renamed openreg to {args.name} ({display}) in {len(changed)} files of {args.crate}")
+    print(f"renamed openreg to {args.name} ({display}) in {len(changed)} files of {args.crate}; "
+          "README.md is left as the book wrote it")
     try:
         from importlib.metadata import distribution
         distribution("torch_openreg")

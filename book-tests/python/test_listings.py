@@ -18,7 +18,7 @@ VENV = ROOT / ".venv"
 
 
 def test_the_book_has_its_chapter_crates():
-    assert STAGES == ["amp", "autoload", "device", "hooks", "operators"]
+    assert STAGES == ["amp", "autoload", "compile", "device", "hooks", "operators"]
 
 
 # ANCHOR: copy_out
@@ -27,7 +27,7 @@ def test_chapter_crate_builds_and_passes_its_tests_when_copied_out(stage, tmp_pa
     crate = tmp_path / stage
     # copy, not copy2: fresh modification times, so cargo rebuilds the crate from the copy.
     shutil.copytree(ROOT / "listings" / stage, crate, copy_function=shutil.copy,
-                    ignore=shutil.ignore_patterns("target", "__pycache__"))
+                    ignore=shutil.ignore_patterns("target", "__pycache__", "*.so", "Cargo.lock"))
     env = {
         **os.environ,
         "VIRTUAL_ENV": str(VENV),

@@ -2,7 +2,7 @@
 
 use crate::runtime::{check_device, current_device, exchange_device};
 use crate::runtime::{free as device_free, malloc as device_malloc};
-use crate::kernels::{abs_f32, binary_f32};
+use crate::kernels::{abs_f32, add_f32, mul_f32};
 
 fn device_count() -> i8 {
     crate::runtime::DEVICE_COUNT
@@ -10,13 +10,6 @@ fn device_count() -> i8 {
 
 #[cxx::bridge(namespace = "openreg")]
 pub mod ffi {
-    /// The binary operations of `binary_f32`.
-    #[derive(Debug, Clone, Copy)]
-    enum Binary {
-        Add,
-        Mul,
-    }
-
     extern "Rust" {
         fn device_count() -> i8;
         fn check_device(index: i64) -> Result<i8>;
@@ -25,9 +18,11 @@ pub mod ffi {
         fn device_malloc(size: usize) -> Result<usize>;
         fn device_free(ptr: usize);
 
-        // Kernels (src/kernels.rs).
+        // Kernels (src/kernels.rs): one function per operation, so C++ cannot call a kernel
+        // that Rust does not have (a missing one fails to compile).
         fn abs_f32(dst: usize, src: usize, n: usize);
-        fn binary_f32(op: Binary, alpha: f32, data: &[usize], shape: &[i64], strides: &[i64]);
+        fn add_f32(alpha: f32, data: &[usize], shape: &[i64], strides: &[i64]);
+        fn mul_f32(alpha: f32, data: &[usize], shape: &[i64], strides: &[i64]);
     }
 
     unsafe extern "C++" {

@@ -21,8 +21,12 @@ at::Tensor host(const at::Tensor& t) {
 }
 
 // ANCHOR: run
+// A binary kernel of src/kernels.rs, as cxx declares it.
+using BinaryKernel = void (*)(float alpha, rust::Slice<const size_t> data, rust::Slice<const int64_t> shape,
+                              rust::Slice<const int64_t> strides);
+
 // The Rust kernel takes float32 tensors on the device; false if this iterator is not that.
-bool run_binary(at::TensorIteratorBase& iter, Binary op, float alpha) {
+bool run_binary(at::TensorIteratorBase& iter, BinaryKernel kernel, float alpha) {
   for (int k = 0; k < iter.ntensors(); ++k) {
     if (iter.dtype(k) != at::kFloat || iter.device(k).type() != kOpenReg) {
       return false;
@@ -34,13 +38,13 @@ bool run_binary(at::TensorIteratorBase& iter, Binary op, float alpha) {
     data[k] = reinterpret_cast<size_t>(iter.data_ptr(k));
     strides.append(iter.strides(k).begin(), iter.strides(k).end());
   }
-  binary_f32(op, alpha, {data.data(), 3}, {iter.shape().data(), iter.shape().size()},
+  kernel(alpha, {data.data(), 3}, {iter.shape().data(), iter.shape().size()},
              {strides.data(), strides.size()});
   return true;
 }
 
 template <class Meta, Variant kind, class Cpu>
-at::Tensor binary(Binary op, const at::Tensor& self, const at::Tensor& other,
+at::Tensor binary(BinaryKernel kernel, const at::Tensor& self, const at::Tensor& other,
                   const at::Scalar& alpha, const at::Tensor& given, Cpu&& cpu) {
   Structured<Meta, kind> s(given);
   if constexpr (std::is_same_v<Meta, at::meta::structured_add_Tensor>) {
@@ -48,7 +52,7 @@ at::Tensor binary(Binary op, const at::Tensor& self, const at::Tensor& other,
   } else {
     s.meta(self, other);
   }
-  if (!run_binary(s, op, alpha.isComplex() ? 0.0f : alpha.toFloat())) {
+  if (!run_binary(s, kernel, alpha.isComplex() ? 0.0f : alpha.toFloat())) {
     at::Tensor out = host(s.given_);
     cpu(out, host(self), host(other));
   }
@@ -58,13 +62,13 @@ at::Tensor binary(Binary op, const at::Tensor& self, const at::Tensor& other,
 
 at::Tensor add(const at::Tensor& self, const at::Tensor& other, const at::Scalar& alpha) {
   return binary<at::meta::structured_add_Tensor, Variant::Functional>(
-      Binary::Add, self, other, alpha, {},
+      add_f32, self, other, alpha, {},
       [&](at::Tensor& o, const at::Tensor& a, const at::Tensor& b) { at::add_out(o, a, b, alpha); });
 }
 
 at::Tensor& add_(at::Tensor& self, const at::Tensor& other, const at::Scalar& alpha) {
   binary<at::meta::structured_add_Tensor, Variant::InPlace>(
-      Binary::Add, self, other, alpha, self,
+      add_f32, self, other, alpha, self,
       [&](at::Tensor& o, const at::Tensor& a, const at::Tensor& b) { at::add_out(o, a, b, alpha); });
   return self;
 }
@@ -72,27 +76,27 @@ at::Tensor& add_(at::Tensor& self, const at::Tensor& other, const at::Scalar& al
 at::Tensor& add_out(const at::Tensor& self, const at::Tensor& other, const at::Scalar& alpha,
                     at::Tensor& out) {
   binary<at::meta::structured_add_Tensor, Variant::Out>(
-      Binary::Add, self, other, alpha, out,
+      add_f32, self, other, alpha, out,
       [&](at::Tensor& o, const at::Tensor& a, const at::Tensor& b) { at::add_out(o, a, b, alpha); });
   return out;
 }
 
 at::Tensor mul(const at::Tensor& self, const at::Tensor& other) {
   return binary<at::meta::structured_mul_Tensor, Variant::Functional>(
-      Binary::Mul, self, other, 1, {},
+      mul_f32, self, other, 1, {},
       [](at::Tensor& o, const at::Tensor& a, const at::Tensor& b) { at::mul_out(o, a, b); });
 }
 
 at::Tensor& mul_(at::Tensor& self, const at::Tensor& other) {
   binary<at::meta::structured_mul_Tensor, Variant::InPlace>(
-      Binary::Mul, self, other, 1, self,
+      mul_f32, self, other, 1, self,
       [](at::Tensor& o, const at::Tensor& a, const at::Tensor& b) { at::mul_out(o, a, b); });
   return self;
 }
 
 at::Tensor& mul_out(const at::Tensor& self, const at::Tensor& other, at::Tensor& out) {
   binary<at::meta::structured_mul_Tensor, Variant::Out>(
-      Binary::Mul, self, other, 1, out,
+      mul_f32, self, other, 1, out,
       [](at::Tensor& o, const at::Tensor& a, const at::Tensor& b) { at::mul_out(o, a, b); });
   return out;
 }

@@ -2,8 +2,6 @@
 //! kernel runs at once on the addresses it is given; the full backend (`openreg/torch`)
 //! checks and translates addresses and queues kernels on streams.
 
-use crate::ffi::ffi::Binary;
-
 /// `dst[i] = |src[i]|` for `n` contiguous float32 elements.
 pub fn abs_f32(dst: usize, src: usize, n: usize) {
     for i in 0..n {
@@ -13,10 +11,20 @@ pub fn abs_f32(dst: usize, src: usize, n: usize) {
 }
 
 // ANCHOR: binary
+/// `out = a + alpha * b` over a TensorIterator's operands (see `binary_f32`).
+pub fn add_f32(alpha: f32, data: &[usize], shape: &[i64], strides: &[i64]) {
+    binary_f32(|a, b| a + alpha * b, data, shape, strides);
+}
+
+/// `out = a * b` (the signature is every binary kernel's; mul has no alpha).
+pub fn mul_f32(_alpha: f32, data: &[usize], shape: &[i64], strides: &[i64]) {
+    binary_f32(|a, b| a * b, data, shape, strides);
+}
+
 /// `out = op(a, b)` over a TensorIterator's operands (`data` = out, a, b): `shape[0]` is the
 /// fastest dimension, `strides` holds each operand's byte strides, operand by operand, so
-/// broadcasting is a 0 stride. Add computes `a + alpha * b`.
-pub fn binary_f32(op: Binary, alpha: f32, data: &[usize], shape: &[i64], strides: &[i64]) {
+/// broadcasting is a 0 stride.
+fn binary_f32(op: impl Fn(f32, f32) -> f32, data: &[usize], shape: &[i64], strides: &[i64]) {
     let ndim = shape.len();
     let stride = |k: usize, d: usize| strides[k * ndim + d] as isize;
     let total: i64 = shape.iter().product();
@@ -28,10 +36,7 @@ pub fn binary_f32(op: Binary, alpha: f32, data: &[usize], shape: &[i64], strides
         // operand's storage for every index below `shape`.
         unsafe {
             let (a, b) = (*((data[1] as isize + at(1)) as *const f32), *((data[2] as isize + at(2)) as *const f32));
-            *((data[0] as isize + at(0)) as *mut f32) = match op {
-                Binary::Mul => a * b,
-                _ => a + alpha * b,
-            };
+            *((data[0] as isize + at(0)) as *mut f32) = op(a, b);
         }
         // Next index, dimension 0 fastest.
         for d in 0..ndim {

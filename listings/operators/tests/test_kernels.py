@@ -36,6 +36,7 @@ def on(t, device):
     return d.copy_(t)
 
 
+# name: (functional form taking out=, in-place form or None when the operator has none).
 OPS = {
     "add": (lambda a, b, **kw: torch.add(a, b, alpha=2, **kw), lambda a, b: a.add_(b, alpha=2)),
     "mul": (lambda a, b, **kw: torch.mul(a, b, **kw), lambda a, b: a.mul_(b)),
@@ -67,8 +68,8 @@ def test_binary(name, layout, dtype, device):
         assert result is out
         torch.testing.assert_close(out.cpu(), expected)
 
-    # In place, when the result has self's shape.
-    if expected.shape == a.shape:
+    # In place, when the operator has that form and the result has self's shape.
+    if inplace is not None and expected.shape == a.shape:
         x2 = on(a, device)
         inplace(x2, y)
         torch.testing.assert_close(x2.cpu(), inplace(a.clone(), b))

@@ -135,4 +135,26 @@ def init() -> None:
         return device is not None and device.type in ("cpu", "openreg")
 
     BaseSchedulerNode.is_cpu = is_cpu
+
+    # Inductor names a device's kernel language by device type: "cpp" for cpu, and
+    # config.cuda_backend ("triton") for a type it does not know. Its type propagation and
+    # float16 handling follow that name, so for our C++ kernels it must say "cpp".
+    import torch._inductor.codegen.common as common
+    import torch._inductor.utils as utils
+
+    for module in (utils, common):
+        if not getattr(module.get_current_backend, "openreg", False):
+            module.get_current_backend = _cpp_for_openreg(module.get_current_backend)
+
+
+def _cpp_for_openreg(get_current_backend):
+    """get_current_backend, answering "cpp" for openreg."""
+    from torch._inductor.virtualized import V
+
+    def wrapped(device_type=None):
+        device_type = device_type or V.graph.get_current_device_or_throw().type
+        return "cpp" if device_type == "openreg" else get_current_backend(device_type)
+
+    wrapped.openreg = True
+    return wrapped
 # ANCHOR_END: init

@@ -1,0 +1,47 @@
+//! `torch_openreg._C`: registers the backend at import and exposes device management.
+#![allow(non_snake_case)] // the module must be called `_C`
+
+use pyo3::exceptions::{PyImportError, PyRuntimeError};
+use pyo3::prelude::*;
+
+mod ffi;
+mod kernels;
+mod runtime;
+
+#[pyfunction]
+fn _get_device_count() -> i8 {
+    runtime::DEVICE_COUNT
+}
+
+#[pyfunction]
+fn _get_device() -> i8 {
+    runtime::current_device()
+}
+
+/// Sets the current device and returns the previous one; negative indices are a no-op.
+#[pyfunction]
+#[pyo3(name = "_exchangeDevice")]
+fn exchange_device(device: i64) -> PyResult<i64> {
+    if device < 0 {
+        return Ok(-1);
+    }
+    runtime::exchange_device(device).map(i64::from).map_err(PyRuntimeError::new_err)
+}
+
+/// The default `torch.Generator` of `device`, through PyTorch's accelerator API.
+#[pyfunction]
+fn _get_default_generator<'py>(py: Python<'py>, device: i64) -> PyResult<Bound<'py, PyAny>> {
+    runtime::check_device(device).map_err(PyRuntimeError::new_err)?;
+    py.import("torch")?.getattr("_C")?.call_method1("_accelerator_getDefaultGenerator", (device,))
+}
+
+#[pymodule]
+#[pyo3(name = "_C")]
+fn openreg_c(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    ffi::ffi::register_backend().map_err(|e| PyImportError::new_err(e.what().to_string()))?;
+    m.add_function(wrap_pyfunction!(_get_device_count, m)?)?;
+    m.add_function(wrap_pyfunction!(_get_device, m)?)?;
+    m.add_function(wrap_pyfunction!(exchange_device, m)?)?;
+    m.add_function(wrap_pyfunction!(_get_default_generator, m)?)?;
+    Ok(())
+}

@@ -1,0 +1,76 @@
+"""`torch.openreg`: device management and random state."""
+
+import os
+
+import torch
+
+import torch_openreg._C as _C
+
+
+def is_available() -> bool:
+    return True
+
+
+def device_count() -> int:
+    return _C._get_device_count()
+
+
+def current_device() -> int:
+    return _C._get_device()
+
+
+def set_device(device: int) -> None:
+    _C._exchangeDevice(device)
+
+
+class device:
+    """Makes `index` the current device inside a `with` block."""
+
+    def __init__(self, index):
+        self.idx = -1 if index is None else index
+        self.prev_idx = -1
+
+    def __enter__(self):
+        self.prev_idx = _C._exchangeDevice(self.idx)
+
+    def __exit__(self, *exc):
+        _C._exchangeDevice(self.prev_idx)
+        return False
+
+
+def synchronize(device=None) -> None:
+    """Waits for the device's work: kernels here run when they are called, so nothing to do."""
+
+
+# ANCHOR: properties
+class _DeviceProperties:
+    """What torch.compile reads about a device. Inductor sizes its parallel loops and
+    reductions with multi_processor_count: this device computes on the host's cores."""
+
+    def __init__(self, index: int):
+        self.name = f"OpenReg {index}"
+        self.multi_processor_count = os.cpu_count() or 1
+
+    def __repr__(self):
+        return f"_DeviceProperties(name={self.name!r}, multi_processor_count={self.multi_processor_count})"
+
+
+def get_device_properties(device=None) -> _DeviceProperties:
+    index = torch.device(device).index if isinstance(device, (str, torch.device)) else device
+    index = current_device() if index is None else index
+    if not 0 <= index < device_count():
+        raise ValueError(f"openreg device index {index} out of range: expected [0, {device_count()})")
+    return _DeviceProperties(index)
+# ANCHOR_END: properties
+
+
+def _lazy_init() -> None:
+    """Called by PyTorch before the first tensor is created on the device; nothing to do."""
+
+
+def _is_in_bad_fork() -> bool:
+    """torch.manual_seed seeds this device only if the module answers this."""
+    return False
+
+
+from .random import get_rng_state, initial_seed, manual_seed, manual_seed_all, set_rng_state  # noqa: E402,F401
