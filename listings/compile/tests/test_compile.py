@@ -104,6 +104,7 @@ def run(script: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=300)
 
 
+# ANCHOR: nothing_registered
 def test_eager_and_aot_eager_need_nothing_registered():
     result = run("""
         import torch
@@ -117,6 +118,7 @@ def test_eager_and_aot_eager_need_nothing_registered():
         get_interface_for_device("openreg")
     """)
     assert "NotImplementedError: No interface for device openreg" in result.stderr, result.stderr
+# ANCHOR_END: nothing_registered
 
 
 # ANCHOR: missing

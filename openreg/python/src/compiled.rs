@@ -1,7 +1,11 @@
 //! Running Inductor's compiled C++ kernels on the device (torch_openreg/openreg/_inductor.py):
 //! a kernel is a C function over raw pointers and int64 sizes; it must see the runtime's
 //! read/write view of device memory, never the protected addresses PyTorch holds, and it must
-//! run in order with the rest of the device's work, on the current stream.
+//! run in order with the rest of the device's work, on the current stream. The C function
+//! never throws: it returns the class of a C++ exception its code raised and hands over the
+//! message, which the stream reports at the next synchronize.
+
+use std::ffi::{CStr, c_char, c_void};
 
 use openreg_runtime as rt;
 
@@ -24,55 +28,64 @@ fn translate(arg: Arg) -> rt::Result<(u64, Option<usize>)> {
     }
 }
 
-macro_rules! call_with {
-    ($f:expr, $a:expr, $($i:literal),*) => {{
-        let f: unsafe extern "C" fn($(call_with!(@ty $i)),*) = unsafe { std::mem::transmute($f) };
-        unsafe { f($($a[$i]),*) }
-    }};
-    (@ty $i:literal) => { u64 };
+/// What a kernel's C wrapper returns (`_inductor.py` writes it): 0 when the kernel ran,
+/// otherwise the class of the C++ exception it caught, whose message it hands over.
+const FAILED_INDEX: i32 = 2;
+
+/// The wrapper's signature: the kernel's arguments (pointers and int64 sizes) as an array,
+/// and a slot for the message of a failure.
+type Wrapper = unsafe extern "C" fn(args: *const u64, message: *mut *mut c_char) -> i32;
+
+unsafe extern "C" {
+    fn free(ptr: *mut c_void);
 }
 
-/// The most arguments a kernel may take (Inductor's kernels take one per buffer and size).
-pub const MAX_ARGS: usize = 16;
-
-/// Calls the C function at `f` with `a` as its integer-class arguments (pointers, int64).
-fn call(f: usize, a: &[u64]) {
-    match a.len() {
-        0 => call_with!(f, a,),
-        1 => call_with!(f, a, 0),
-        2 => call_with!(f, a, 0, 1),
-        3 => call_with!(f, a, 0, 1, 2),
-        4 => call_with!(f, a, 0, 1, 2, 3),
-        5 => call_with!(f, a, 0, 1, 2, 3, 4),
-        6 => call_with!(f, a, 0, 1, 2, 3, 4, 5),
-        7 => call_with!(f, a, 0, 1, 2, 3, 4, 5, 6),
-        8 => call_with!(f, a, 0, 1, 2, 3, 4, 5, 6, 7),
-        9 => call_with!(f, a, 0, 1, 2, 3, 4, 5, 6, 7, 8),
-        10 => call_with!(f, a, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9),
-        11 => call_with!(f, a, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10),
-        12 => call_with!(f, a, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11),
-        13 => call_with!(f, a, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12),
-        14 => call_with!(f, a, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13),
-        15 => call_with!(f, a, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14),
-        16 => call_with!(f, a, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-        n => unreachable!("{n} arguments: checked by launch"),
+/// Calls the kernel's wrapper at `f`; a failure goes to the running task's stream.
+fn call(f: usize, args: &[u64]) {
+    // SAFETY: `f` is the address of a wrapper `_inductor.py` generated with this signature.
+    let wrapper: Wrapper = unsafe { std::mem::transmute(f) };
+    let mut message: *mut c_char = std::ptr::null_mut();
+    let code = unsafe { wrapper(args.as_ptr(), &mut message) };
+    if code == 0 {
+        return;
     }
+    let text = if message.is_null() {
+        "a compiled openreg kernel failed".to_string()
+    } else {
+        // SAFETY: the wrapper hands over a string from strdup, which is ours to free.
+        let text = unsafe { CStr::from_ptr(message) }.to_string_lossy().into_owned();
+        unsafe { free(message.cast()) };
+        text
+    };
+    let class = if code == FAILED_INDEX { rt::FailureClass::Index } else { rt::FailureClass::Runtime };
+    rt::fail_task(class, text);
 }
 
 // ANCHOR: launch
+/// Why a launch failed: an argument eager code would reject too (a `RuntimeError`), or the
+/// runtime's error, which keeps its class (a kernel that raised `IndexError` on an idle
+/// stream runs at once and fails here).
+pub enum LaunchError {
+    Argument(String),
+    Runtime(rt::Error),
+}
+
+impl From<rt::Error> for LaunchError {
+    fn from(error: rt::Error) -> Self {
+        LaunchError::Runtime(error)
+    }
+}
+
 /// Queues the kernel at `function` on the current stream of its tensors' device. With a host
 /// tensor among the arguments, it also waits for the kernel: the host memory is only borrowed.
-pub fn launch(function: usize, args: &[Arg]) -> Result<(), String> {
-    if args.len() > MAX_ARGS {
-        return Err(format!("a compiled openreg kernel takes at most {MAX_ARGS} arguments, got {}", args.len()));
-    }
+pub fn launch(function: usize, args: &[Arg]) -> Result<(), LaunchError> {
     let mut values = Vec::with_capacity(args.len());
     let (mut device, mut host) = (None, false);
     for &arg in args {
-        let (value, on) = translate(arg).map_err(|e| e.to_string())?;
+        let (value, on) = translate(arg)?;
         match (on, device) {
             (Some(d), Some(first)) if d != first => {
-                return Err(format!("Expected all tensors to be on the same device, but found at least two devices, openreg:{first} and openreg:{d}!"));
+                return Err(LaunchError::Argument(format!("Expected all tensors to be on the same device, but found at least two devices, openreg:{first} and openreg:{d}!")));
             }
             (Some(d), _) => device = Some(d),
             (None, _) => host |= arg.0 && arg.3 > 0,
@@ -80,10 +93,10 @@ pub fn launch(function: usize, args: &[Arg]) -> Result<(), String> {
         values.push(value);
     }
     let device = device.unwrap_or_else(rt::current_device) as i64;
-    let stream = rt::current_stream(device).map_err(|e| e.to_string())?;
-    stream.launch(move || call(function, &values)).map_err(|e| e.to_string())?;
+    let stream = rt::current_stream(device)?;
+    stream.launch(move || call(function, &values))?;
     if host {
-        stream.synchronize().map_err(|e| e.to_string())?;
+        stream.synchronize()?;
     }
     Ok(())
 }

@@ -5,7 +5,7 @@
 //! fallback). Device management goes straight to the runtime; everything PyTorch-shaped went
 //! through the C++ glue at registration.
 
-use pyo3::exceptions::{PyImportError, PyRuntimeError, PyValueError};
+use pyo3::exceptions::{PyImportError, PyIndexError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyType;
 
@@ -21,6 +21,7 @@ fn py_err(py: Python<'_>, error: rt::Error) -> PyErr {
     let message = error.to_string();
     let class = match kind_of(&error) {
         ErrorKind::Value => return PyValueError::new_err(message),
+        ErrorKind::Index => return PyIndexError::new_err(message),
         ErrorKind::OutOfMemory => "OutOfMemoryError",
         _ => "AcceleratorError", // a RuntimeError subclass, as CUDA's errors are
     };
@@ -109,12 +110,17 @@ fn _get_default_generator<'py>(py: Python<'py>, device: i64) -> PyResult<Bound<'
         .call_method1("_accelerator_getDefaultGenerator", (device,))
 }
 
+// ANCHOR: launch_compiled
 /// Queues a compiled kernel (Inductor's C++) on the current stream of its tensors' device;
 /// `args`: `(is_tensor, data_ptr or integer, storage base, storage bytes)` per argument.
 #[pyfunction]
-fn _launch_compiled(function: usize, args: Vec<compiled::Arg>) -> PyResult<()> {
-    compiled::launch(function, &args).map_err(PyRuntimeError::new_err)
+fn _launch_compiled(py: Python<'_>, function: usize, args: Vec<compiled::Arg>) -> PyResult<()> {
+    compiled::launch(function, &args).map_err(|e| match e {
+        compiled::LaunchError::Argument(message) => PyRuntimeError::new_err(message),
+        compiled::LaunchError::Runtime(error) => py_err(py, error),
+    })
 }
+// ANCHOR_END: launch_compiled
 
 /// Starts recording the runtime's profiler annotations (ranges and marks).
 #[pyfunction]

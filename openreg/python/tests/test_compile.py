@@ -207,6 +207,52 @@ def test_inductor_calls_native_kernels_for_matrix_products_and_trains_like_eager
     assert "extern_kernels.addmm(" in code  # the matrix product is our native kernel
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32], ids=str)
+@pytest.mark.parametrize("shapes", [((4, 1), (1, 8)), ((3, 7), (7,)), ((5, 1, 3), (1, 4, 1))], ids=str)
+def test_inductor_low_precision_and_broadcasts_match_cpu(shapes, dtype):
+    # Inductor must treat our kernels as C++ ("cpp"), not as Triton: with the Triton name, a
+    # float16 broadcast failed to compile ("expected scalar_var.dtype is not None").
+    def f(x, y):
+        return (x * y + x.abs()).softmax(-1).sum(0)
+
+    x, y = (torch.randn(s).to(dtype) for s in shapes)
+    got = torch.compile(f)(x.openreg(), y.openreg())
+    torch.testing.assert_close(got.cpu(), torch.compile(f)(x, y), rtol=2e-2, atol=2e-2)
+
+
+# ANCHOR: exceptions
+FAILING = {
+    # name: (function, arguments, the exception eager code raises on openreg and CPU)
+    "index": (lambda x, i: x[i] * 2 + 1, lambda d: (torch.ones(3, device=d), torch.tensor([10], device=d)), IndexError),
+    "embedding": (lambda w, i: torch.nn.functional.embedding(i, w) * 2,
+                  lambda d: (torch.ones(4, 2, device=d), torch.tensor([7], device=d)), IndexError),
+    "floor_divide": (lambda a, b: a // b + 1, lambda d: (torch.tensor([3], device=d), torch.tensor([0], device=d)),
+                     RuntimeError),
+}
+
+
+@pytest.mark.parametrize("busy", [False, True], ids=["idle", "busy"])
+@pytest.mark.parametrize("name", FAILING)
+def test_a_failing_compiled_kernel_raises_eagers_exception_and_the_device_lives_on(name, busy):
+    f, arguments, eager_error = FAILING[name]
+    args = arguments("openreg")
+    with pytest.raises(eager_error):
+        f(*args)
+    compiled = torch.compile(f)
+    with pytest.raises(eager_error, match="compiled kernel cpp_fused"):
+        if busy:  # the stream still has work: the failure surfaces at the next synchronize
+            big = torch.randn(512, 512, device="openreg")
+            big @ big
+        out = compiled(*args)
+        torch.openreg.synchronize()
+        out.cpu()
+    # The process, the stream and compiled code still work.
+    x = torch.arange(6.0, device="openreg")
+    assert torch.compile(lambda x: x * 2 + 1)(x).cpu().tolist() == [1.0, 3.0, 5.0, 7.0, 9.0, 11.0]
+    torch.openreg.synchronize()
+# ANCHOR_END: exceptions
+
+
 def test_inductor_dynamic_shapes():
     f = torch.compile(gelu_chain, dynamic=True)
     for n in [5, 9, 33]:

@@ -23,7 +23,7 @@ pub enum Error {
     /// A stream and an event (or two events) that belong to different devices.
     DeviceMismatch { what: &'static str, expected: usize, found: usize },
     /// Work enqueued on a stream failed; reported by the next synchronize.
-    StreamFailed { stream: u64, device: usize, message: String },
+    StreamFailed { stream: u64, device: usize, message: String, class: FailureClass },
     /// A system call failed.
     System { call: &'static str, errno: i32 },
     /// Used in a child process forked after the runtime was initialised.
@@ -73,7 +73,7 @@ impl fmt::Display for Error {
                 f,
                 "{what} is on openreg:{found} but openreg:{expected} was expected"
             ),
-            Error::StreamFailed { stream, device, message } => write!(
+            Error::StreamFailed { stream, device, message, .. } => write!(
                 f,
                 "work on stream {stream} of openreg:{device} failed: {message}"
             ),
@@ -93,6 +93,16 @@ impl fmt::Display for Error {
 }
 
 impl std::error::Error for Error {}
+
+/// What kind of failure a stream task reported, so that the synchronize that reports it can
+/// raise what eager code would have raised (an out-of-range index is an `IndexError`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailureClass {
+    /// A panic, or an error of no particular class.
+    Runtime,
+    /// An index outside its dimension.
+    Index,
+}
 
 /// Bytes as a short human-readable size, as PyTorch prints them in OOM messages.
 pub fn human(bytes: usize) -> String {

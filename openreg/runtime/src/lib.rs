@@ -35,7 +35,7 @@ pub use device::{
     DEVICE_COUNT, check_device, current_device, device_count, exchange_device, set_device,
     synchronize_device,
 };
-pub use error::{Error, Result};
+pub use error::{Error, FailureClass, Result};
 pub use event::Event;
 pub use fork::is_in_bad_fork;
 pub use graph::{CaptureMode, Graph, ReplayPrologue};
@@ -43,6 +43,6 @@ pub use host::{host_free, host_malloc};
 pub use memory::{device_of, free, host_view, host_view_within, malloc, memory_info, trim};
 pub use pointer::{MemoryType, PointerAttributes, pointer_attributes};
 pub use stream::{
-    Stream, current_stream, default_stream, new_stream, set_current_stream,
+    Stream, current_stream, default_stream, fail_task, new_stream, set_current_stream,
     stream_by_id,
 };

@@ -11,7 +11,7 @@ use std::sync::{Condvar, Mutex, MutexGuard, OnceLock, RwLock};
 use std::time::{Duration, Instant};
 
 use crate::device::{DEVICE_COUNT, check_device};
-use crate::error::{Error, Result};
+use crate::error::{Error, FailureClass, Result};
 
 /// Priorities as CUDA numbers them: lower is more urgent.
 pub const HIGHEST_PRIORITY: i32 = -1;
@@ -55,7 +55,7 @@ struct Queue {
     /// Threads in `synchronize`; only then does a completed task need to wake anyone.
     synchronizers: usize,
     /// The first failure since the last synchronize, reported by it.
-    error: Option<String>,
+    error: Option<(String, FailureClass)>,
     /// A capture in progress (graph.rs): launches are recorded here instead.
     capture: Option<crate::graph::Capture>,
 }
@@ -267,10 +267,11 @@ impl Stream {
         let q = self.lock();
         if q.submitted == q.completed && q.capture.is_none() {
             // A panic must not unwind into the caller (C++): report it like a worker would.
-            return catch_unwind(AssertUnwindSafe(task)).map_err(|panic| Error::StreamFailed {
+            return run_task(task).map_err(|(message, class)| Error::StreamFailed {
                 stream: self.0.id,
                 device: self.0.device,
-                message: panic_message(&*panic),
+                message,
+                class,
             });
         }
         drop(q);
@@ -297,7 +298,9 @@ impl Stream {
         q.synchronizers -= 1;
         match q.error.take() {
             None => Ok(()),
-            Some(message) => Err(Error::StreamFailed { stream: self.0.id, device: self.0.device, message }),
+            Some((message, class)) => {
+                Err(Error::StreamFailed { stream: self.0.id, device: self.0.device, message, class })
+            }
         }
     }
 
@@ -357,10 +360,10 @@ fn worker(inner: &Inner) {
             continue;
         };
         drop(q);
-        let outcome = catch_unwind(AssertUnwindSafe(task));
+        let outcome = run_task(task);
         q = inner.queue.lock().unwrap_or_else(|e| e.into_inner());
-        if let Err(panic) = outcome {
-            q.error.get_or_insert(panic_message(&*panic));
+        if let Err(failure) = outcome {
+            q.error.get_or_insert(failure);
         }
         q.completed += 1;
         if q.synchronizers > 0 {
@@ -369,6 +372,27 @@ fn worker(inner: &Inner) {
     }
 }
 // ANCHOR_END: worker
+
+thread_local! {
+    /// A failure the running task reported without panicking (`fail_task`).
+    static TASK_FAILURE: std::cell::RefCell<Option<(String, FailureClass)>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Marks the task running on this thread as failed: its stream reports `message` at the next
+/// synchronize, as the exception class `class`. For tasks whose code reports errors by value
+/// (a compiled kernel's C++ exception, caught at the C boundary), where a panic would be noise.
+pub fn fail_task(class: FailureClass, message: String) {
+    TASK_FAILURE.with(|f| *f.borrow_mut() = Some((message, class)));
+}
+
+/// Runs one task, turning a panic or a `fail_task` into the failure its stream reports.
+fn run_task(task: impl FnOnce()) -> std::result::Result<(), (String, FailureClass)> {
+    TASK_FAILURE.with(|f| f.borrow_mut().take());
+    match catch_unwind(AssertUnwindSafe(task)) {
+        Err(panic) => Err((panic_message(&*panic), FailureClass::Runtime)),
+        Ok(()) => TASK_FAILURE.with(|f| f.borrow_mut().take()).map_or(Ok(()), Err),
+    }
+}
 
 fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
     panic

@@ -55,6 +55,24 @@ fn streams_have_ids_priorities_and_a_current_one_per_thread() {
 }
 
 #[test]
+fn a_task_that_fails_by_value_is_reported_with_its_class() {
+    // A compiled kernel's C++ exception arrives as a value; the task reports it with
+    // fail_task, and synchronize returns it once, with its class, without a panic.
+    let s = new_stream(1, 0).unwrap();
+    s.launch(|| openreg_runtime::fail_task(FailureClass::Index, "index 7 out of bounds".into())).unwrap();
+    s.launch(|| {}).unwrap();
+    match s.synchronize().unwrap_err() {
+        Error::StreamFailed { message, class, .. } => {
+            assert_eq!((message.as_str(), class), ("index 7 out of bounds", FailureClass::Index));
+        }
+        other => panic!("expected StreamFailed, got {other}"),
+    }
+    s.synchronize().unwrap();
+    s.launch(|| {}).unwrap();
+    s.synchronize().unwrap();
+}
+
+#[test]
 fn a_panicking_kernel_is_reported_by_synchronize() {
     // Device 1: a device-wide synchronize elsewhere would report (and clear) this error.
     let s = new_stream(1, 0).unwrap();

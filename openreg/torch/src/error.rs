@@ -5,7 +5,7 @@
 use std::cell::Cell;
 use std::fmt;
 
-use openreg_runtime::Error;
+use openreg_runtime::{Error, FailureClass};
 
 pub use crate::ffi::ffi::ErrorKind;
 
@@ -19,6 +19,7 @@ pub fn kind_of(error: &Error) -> ErrorKind {
     match error {
         Error::OutOfMemory { .. } => ErrorKind::OutOfMemory,
         Error::InvalidValue(_) => ErrorKind::Value,
+        Error::StreamFailed { class: FailureClass::Index, .. } => ErrorKind::Index,
         _ => ErrorKind::Runtime,
     }
 }

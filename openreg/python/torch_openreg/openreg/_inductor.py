@@ -39,6 +39,43 @@ class CompiledKernel:
 # ANCHOR_END: launcher
 
 
+# ANCHOR: barrier
+def exception_barrier(name: str, arg_types) -> str:
+    """The C function the launcher calls, around Inductor's kernel (renamed `kernel_body`).
+    Generated C++ throws on a failed check (an indirect index out of bounds, an integer
+    division by zero); an exception that unwinds into the Rust stream worker aborts the
+    process. This function never throws: it returns 0, or the failure's class (2 for an index
+    out of bounds, which eager code raises as IndexError, 1 otherwise) with its message, which
+    the stream reports at the next synchronize. The arguments (pointers and int64 sizes)
+    arrive as one array, so one Rust call covers every kernel."""
+    args = ", ".join(f"({t})(args[{i}])" for i, t in enumerate(arg_types))
+    where = f" (compiled kernel {name})"
+    return f"""
+#include <cstdlib>
+#include <cstring>
+#include <string>
+extern "C" int kernel(const uint64_t* args, char** message) noexcept {{
+  try {{
+    kernel_body({args});
+    return 0;
+  }} catch (const std::exception& e) {{
+    // Generated kernels check with torch's header-only TORCH_CHECK, which throws
+    // std::runtime_error("<function>, <file>:<line>, <message>"): keep the message. Inductor's
+    // bounds check on an indirect index is the one eager code raises as IndexError.
+    std::string what = e.what();
+    size_t file = what.find(", "), text = file == std::string::npos ? file : what.find(", ", file + 2);
+    if (text != std::string::npos && what.find(':', file) < text) what = what.substr(text + 2);
+    *message = strdup((what + "{where}").c_str());
+    return what.rfind("index out of bounds", 0) == 0 ? 2 : 1;
+  }} catch (...) {{
+    *message = strdup("unknown C++ exception{where}");
+    return 1;
+  }}
+}}
+"""
+# ANCHOR_END: barrier
+
+
 def get_raw_stream(device_index: int) -> int:
     return torch.accelerator.current_stream(device_index).native_handle
 
@@ -59,6 +96,7 @@ def init() -> None:
     from torch._inductor.utils import Placeholder, get_fused_kernel_name
     from torch._inductor.virtualized import V
 
+    # ANCHOR: scheduling
     class OpenRegScheduling(CppScheduling):
         """Inductor's C++ kernels, compiled into a plain C library and wrapped for launch."""
 
@@ -69,16 +107,17 @@ def init() -> None:
             fused = get_fused_kernel_name(nodes, config.cpp.descriptive_names) if config.cpp.descriptive_names else ""
             name = "_".join(["cpp", fused, wrapper.next_kernel_suffix()])
             wrapper.src_to_kernel[src_code] = name
-            source = (src_code.replace(str(Placeholder.KERNEL_NAME), "kernel")
+            source = (src_code.replace(str(Placeholder.KERNEL_NAME), "kernel_body")
                       .replace(str(Placeholder.DESCRIPTIVE_NAME), name).replace("#pragma CMT", "//"))
             _, _, arg_types = (self.kernel_group.args if kernel_args is None else kernel_args).cpp_argdefs()
             wrapper.add_import_once("from torch_openreg.openreg._inductor import CompiledKernel")
             body = IndentedBuffer()
             body.writeline(f"CompiledKernel({arg_types!r}, async_compile.cpp(r'''")
-            body.splice(source, strip=True)
+            body.splice(source + exception_barrier(name, arg_types), strip=True)
             body.writeline("'''))")
             wrapper.define_kernel(name, body.getvalue(), gpu=False)
             return name
+    # ANCHOR_END: scheduling
 
     class OpenRegWrapperCodegen(PythonWrapperCodegen):
         """The Python wrapper, with kernel calls for the device."""
