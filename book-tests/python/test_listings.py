@@ -58,3 +58,20 @@ def test_chapter_crate_builds_and_passes_its_tests_when_copied_out(stage, tmp_pa
     assert tests.returncode == 0, tests.stdout + tests.stderr
     assert " passed" in tests.stdout
 # ANCHOR_END: copy_out
+
+
+def test_the_compile_chapters_error_table_is_what_the_crates_tests_produce():
+    """Each error in the torch.compile chapter's table comes from a test of listings/compile
+    that removes the piece the table names (MISSING), and each such test has its row."""
+    import ast
+
+    source = (ROOT / "listings/compile/tests/test_compile.py").read_text()
+    [missing] = [node.value for node in ast.parse(source).body
+                 if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "MISSING"]
+    errors = [ast.literal_eval(value)[1] for value in missing.values]
+    chapter = (ROOT / "src/compile.md").read_text()
+    table = chapter.split("### When a piece is missing", 1)[1].split("```", 1)[0]
+    rows = [line for line in table.splitlines() if line.startswith("| `")]
+    assert len(rows) == len(errors), (rows, errors)
+    for error in errors:
+        assert sum(error in row for row in rows) == 1, f"no row of the table shows {error!r}"

@@ -1,5 +1,5 @@
 """A measured number in a chapter's prose comes from a generated file (a `{{#number ...}}`
-placeholder, book-tests/numbers.py), or it is not there: a typed number goes stale the day the
+placeholder, book-tests/prose_numbers.py), or it is not there: a typed number goes stale the day the
 benchmark is run again."""
 
 import importlib.util
@@ -8,7 +8,7 @@ import pytest
 
 from conftest import ROOT
 
-spec = importlib.util.spec_from_file_location("numbers", ROOT / "book-tests" / "numbers.py")
+spec = importlib.util.spec_from_file_location("prose_numbers", ROOT / "book-tests" / "prose_numbers.py")
 numbers = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(numbers)
 

@@ -31,3 +31,13 @@ def test_the_maps_folders_exist():
                    "src/operators", "src/operators/kernels"]:
         assert (GLUE / folder).is_dir(), folder
         assert folder.split("/")[-1] + "/" in tree, folder
+
+
+def test_no_script_directory_shadows_a_standard_module():
+    # A script's directory comes first on sys.path: bench/random.py or book-tests/numbers.py
+    # would be imported by torch in place of the standard library's module.
+    import sys
+
+    for folder in ["bench", "book-tests", "book-tests/python", "listings"]:
+        for path in (ROOT / folder).glob("*.py"):
+            assert path.stem not in sys.stdlib_module_names, f"{path.relative_to(ROOT)} shadows a standard module"
