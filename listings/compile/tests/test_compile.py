@@ -100,7 +100,8 @@ def test_device_properties():
 def run(script: str) -> subprocess.CompletedProcess:
     """A fresh process with Inductor's caches off: what it compiles, it compiles now."""
     env = {**os.environ, "TORCHINDUCTOR_FORCE_DISABLE_CACHES": "1"}
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(script)], env=env,
+    # -P: the installed package, not the source directory the tests run in.
+    return subprocess.run([sys.executable, "-P", "-c", textwrap.dedent(script)], env=env,
                           capture_output=True, text=True, timeout=300)
 
 
