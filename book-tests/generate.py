@@ -70,6 +70,11 @@ def operators() -> str:
     return "\n".join(out.splitlines()[1:]) + "\n"
 
 
+def zoo_bench() -> str:
+    return subprocess.run([PY, str(ROOT / "bench/zoo.py")], check=True, cwd=ROOT,
+                          capture_output=True, text=True).stdout
+
+
 def models_bench() -> str:
     out = subprocess.run([PY, str(ROOT / "bench/models.py"), "--svg", str(OUT / "models.svg")],
                          check=True, cwd=ROOT, capture_output=True, text=True).stdout
@@ -228,6 +233,8 @@ OUTPUTS = {
                       "openreg/torch/src/runtime/copy.rs", "book-tests/generate.py"]),
     "operators": (operators, ["bench/operators.py", *KERNELS, "book-tests/generate.py"]),
     "models-bench": (models_bench, ["bench/models.py", *KERNELS, "book-tests/generate.py"]),
+    "zoo-bench": (zoo_bench, ["bench/zoo.py", "openreg/python/tests/test_zoo.py", *KERNELS,
+                              "requirements.txt", "book-tests/generate.py"]),
     "build-times": (build_times, ["bench/build_times.py", "openreg/torch/build.rs",
                                   "openreg/torch-build/src/lib.rs", "Cargo.toml",
                                   ".cargo/config.toml", "book-tests/generate.py"]),
