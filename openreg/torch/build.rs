@@ -30,6 +30,8 @@ fn main() {
         "csrc/operators/Stubs.cpp",
         "csrc/operators/Pointwise.cpp",
         "csrc/operators/PointwiseTable.cpp",
+        "csrc/operators/TriangularOps.cpp",
+        "csrc/operators/RangeFactories.cpp",
         "csrc/operators/Linalg.cpp",
         "csrc/operators/IndexPut.cpp",
         "csrc/operators/Reduce.cpp",

@@ -31,6 +31,7 @@ UNARY = {
     "hardswish": torch.nn.functional.hardswish, "hardsigmoid": torch.nn.functional.hardsigmoid,
     "softplus": lambda x: torch.nn.functional.softplus(x, beta=2.0, threshold=5.0),
     "logical_not": torch.logical_not, "isneginf": torch.isneginf, "isposinf": torch.isposinf,
+    "sin": lambda x: torch.sin(x * 4), "cos": lambda x: torch.cos(x * 4),
 }
 
 

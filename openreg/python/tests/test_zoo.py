@@ -47,19 +47,18 @@ LANGUAGE = {
 }
 # ANCHOR_END: zoo
 
-# Operators whose kernels the device lacks, which a language model's training step still
-# sends to the CPU fallback: positions, causal masks and rotary tables (arange, tril, sin, cos,
-# integer fills), the masked-LM loss's gather, and T5's relative-position buckets, computed in
-# int64 (the elementwise kernels compute floating point and bool only). Anything else
-# reaching the fallback fails the test; the vision models reach none.
+# ANCHOR: fallback
+# Operators whose kernels the device lacks, which a training step still sends to the CPU
+# fallback: the masked-LM loss's gather, and T5's relative-position buckets, computed in int64
+# (the elementwise kernels compute floating point and bool only). Anything else reaching the
+# fallback fails the test; the other models reach none.
 FALLBACK = {
-    "gpt2": {"aten::arange.start_out", "aten::fill_ (Long)", "aten::tril.out"},
-    "llama": {"aten::arange.start_out", "aten::fill_ (Long)", "aten::tril.out", "aten::sin.out", "aten::cos.out"},
-    "t5": {"aten::arange.start_out", "aten::fill_ (Long)", "aten::abs (Long)", "aten::neg (Long)",
-           "aten::mul (Long)", "aten::minimum (Long)", "aten::eq.Scalar", "aten::ge.Tensor", "aten::gt.Scalar",
-           "aten::lt.Scalar", "aten::masked_fill_.Scalar", "aten::where.self"},
-    "bert": {"aten::arange.start_out", "aten::fill_ (Long)", "aten::gather.out"},
+    "t5": {"aten::fill_ (Long)", "aten::abs (Long)", "aten::neg (Long)", "aten::mul (Long)",
+           "aten::minimum (Long)", "aten::eq.Scalar", "aten::ge.Tensor", "aten::gt.Scalar", "aten::lt.Scalar",
+           "aten::masked_fill_.Scalar", "aten::where.self"},
+    "bert": {"aten::gather.out"},
 }
+# ANCHOR_END: fallback
 
 
 def batch_for(name):

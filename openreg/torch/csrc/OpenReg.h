@@ -78,6 +78,8 @@ void register_losses();
 void register_optimizers();
 void register_embedding();
 void register_tensor_shape();
+void register_triangular_ops();
+void register_range_factories();
 void register_autocast();
 void register_attention();
 void register_quantized_ops();

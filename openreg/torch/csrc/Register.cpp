@@ -45,6 +45,8 @@ void register_backend() {
     register_embedding();
     register_lstm();
     register_tensor_shape();
+    register_triangular_ops();
+    register_range_factories();
     register_codegen_ops();
   }
   // No CPU kernel exists for these, so the fallback could not run them.

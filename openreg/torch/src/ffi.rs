@@ -12,7 +12,7 @@ use crate::runtime::device::{
 use crate::error::last_error_kind;
 use crate::operators::fallback::record_fallback;
 use crate::operators::kernels::{
-    embedding_backward, index_select, launch_abs_f32, launch_amp_unscale, launch_dropout, launch_dropout_at, launch_multinomial, launch_index_put, launch_qr, launch_random, launch_randperm, launch_amp_update_scale, launch_convolution, launch_foreach, launch_fused_step,
+    embedding_backward, index_select, launch_abs_f32, launch_amp_unscale, launch_dropout, launch_dropout_at, launch_multinomial, launch_index_put, launch_arange, launch_fill_int, launch_triangle, launch_qr, launch_random, launch_randperm, launch_amp_update_scale, launch_convolution, launch_foreach, launch_fused_step,
     launch_lstm_layer, launch_matmul, launch_norm, launch_pointwise, launch_pool2d, launch_reduction, launch_rnn_cell, launch_same_shape,
     launch_softmax, nll_loss_backward, nll_loss_forward,
 };
@@ -185,6 +185,8 @@ pub(crate) mod ffi {
         Sign,
         Rsqrt,
         Erfinv,
+        Sin,
+        Cos,
         /// `scalar`: the exponent.
         PowScalar,
         /// `scalar`: the bound.
@@ -517,6 +519,13 @@ pub(crate) mod ffi {
         fn launch_randperm(out: Dense, generator: &PhiloxGenerator, device: i64) -> Result<bool>;
         /// `index_put_` at element offsets (`csrc/operators/IndexPut.cpp`); false if the dtype is not ours.
         fn launch_index_put(target: Dense, offsets: &[i64], values: Dense, accumulate: bool, device: i64) -> Result<bool>;
+        /// `arange` and an integer `fill_` of a contiguous tensor (`kernels/factory.rs`); false
+        /// if the dtype is not one they write.
+        fn launch_arange(out: Dense, start: f64, step: f64, istart: i64, istep: i64, device: i64) -> Result<bool>;
+        fn launch_fill_int(out: Dense, value: i64, device: i64) -> Result<bool>;
+        /// `tril`/`triu` of contiguous matrices (`kernels/triangle.rs`).
+        #[allow(clippy::too_many_arguments)]
+        fn launch_triangle(input: Dense, out: Dense, rows: i64, cols: i64, diagonal: i64, upper: bool, device: i64) -> Result<bool>;
         /// QR of contiguous matrices (`kernels/linalg.rs`); false if the dtype is not ours.
         #[allow(clippy::too_many_arguments)]
         fn launch_qr(a: Dense, q: Dense, r: Dense, batch: i64, m: i64, n: i64, complete: bool, device: i64) -> Result<bool>;

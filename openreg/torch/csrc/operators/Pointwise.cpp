@@ -360,7 +360,8 @@ at::Tensor& relu_(at::Tensor& self) {
 }
 
 // ANCHOR: fill
-// fill_ converts the value as CPU does, so an out-of-range value is the same error.
+// fill_ converts the value as CPU does, so an out-of-range value is the same error. Integers
+// (masks, positions) have a kernel of their own for contiguous tensors.
 at::Tensor& fill_scalar_(at::Tensor& self, const at::Scalar& value) {
   auto iter = at::TensorIteratorConfig()
                   .set_check_mem_overlap(false)
@@ -375,6 +376,21 @@ at::Tensor& fill_scalar_(at::Tensor& self, const at::Scalar& value) {
     case at::kBFloat16: v = static_cast<float>(value.to<c10::BFloat16>()); break;
     case at::kBool: v = value.to<bool>() ? 1.0 : 0.0; break;
     default: break;
+  }
+  // Integers (masks, positions) are filled by a kernel of their own when the tensor is
+  // contiguous; the value is converted, and range-checked, as CPU converts it.
+  std::optional<int64_t> integer;
+  switch (self.scalar_type()) {
+    case at::kByte: integer = value.to<uint8_t>(); break;
+    case at::kChar: integer = value.to<int8_t>(); break;
+    case at::kShort: integer = value.to<int16_t>(); break;
+    case at::kInt: integer = value.to<int32_t>(); break;
+    case at::kLong: integer = value.to<int64_t>(); break;
+    default: break;
+  }
+  if (integer && self.is_contiguous() &&
+      call([&] { return launch_fill_int(dense(self), *integer, self.device().index()); })) {
+    return self;
   }
   if (!v || !run_pointwise(iter, Pointwise::Fill, *v)) {
     note_host_path("fill_", self.scalar_type());

@@ -84,6 +84,8 @@ const Row kTable[] = {
     {{"sign", "sign_", "sign.out", "sgn", "sgn_", "sgn.out"}, Kind::Unary, Pointwise::Sign},
     {{"rsqrt", "rsqrt_", "rsqrt.out"}, Kind::UnaryFloat, Pointwise::Rsqrt},
     {{"erfinv", "erfinv_", "erfinv.out"}, Kind::UnaryFloat, Pointwise::Erfinv},
+    {{"sin", "sin_", "sin.out"}, Kind::UnaryFloat, Pointwise::Sin},
+    {{"cos", "cos_", "cos.out"}, Kind::UnaryFloat, Pointwise::Cos},
     {{"pow.Tensor_Scalar", "pow_.Scalar", "pow.Tensor_Scalar_out"}, Kind::Unary, Pointwise::PowScalar},
     {{"clamp_min", "clamp_min_", "clamp_min.out"}, Kind::Unary, Pointwise::ClampMin, finite_bound},
     {{"clamp_max", "clamp_max_", "clamp_max.out"}, Kind::Unary, Pointwise::ClampMax, finite_bound},

@@ -8,6 +8,7 @@ mod dropout;
 mod dtype;
 mod elementwise;
 mod embedding;
+mod factory;
 mod foreach;
 mod linalg;
 mod lstm;
@@ -23,6 +24,7 @@ mod random;
 mod reduce;
 mod rnn;
 mod softmax;
+mod triangle;
 mod walk;
 
 use openreg_runtime as rt;
@@ -511,6 +513,61 @@ pub(crate) fn launch_qr(
     let r = view(r.data, r.numel * size, &[r.storage, r.storage_len])?;
     let work = linalg::Qr { batch, m, n, complete, f64s, a, q, r };
     launch(device, batch * m * n * m.min(n), move || work.run())?;
+    Ok(true)
+}
+
+/// `arange` into a contiguous `out` (see `factory::arange`). False if `out`'s dtype is not
+/// one the kernel writes.
+pub(crate) fn launch_arange(out: Dense, start: f64, step: f64, istart: i64, istep: i64, device: i64) -> Result<bool> {
+    let size = factory::element_size(out.dtype);
+    if size == 0 || out.dtype == 11 {
+        return Ok(false);
+    }
+    let data = view(out.data, out.numel * size, &[out.storage, out.storage_len])?;
+    let (code, n) = (out.dtype, out.numel);
+    // SAFETY: `data` is the checked view of `out`'s n elements.
+    launch(device, n, move || unsafe { factory::arange(code, data, n, start, step, istart, istep) })?;
+    Ok(true)
+}
+
+/// An integer (or bool) `fill_` of a contiguous `out`. False if `out` is not an integer dtype.
+pub(crate) fn launch_fill_int(out: Dense, value: i64, device: i64) -> Result<bool> {
+    if !matches!(out.dtype, 0..=4 | 11 | 27..=29) {
+        return Ok(false);
+    }
+    let size = factory::element_size(out.dtype);
+    let data = view(out.data, out.numel * size, &[out.storage, out.storage_len])?;
+    let (code, n) = (out.dtype, out.numel);
+    // SAFETY: `data` is the checked view of `out`'s n elements.
+    launch(device, n, move || unsafe { factory::fill_int(code, data, n, value) })?;
+    Ok(true)
+}
+
+/// `tril`/`triu` of `batch` contiguous `rows` x `cols` matrices into `out` (contiguous, the same
+/// dtype; the same address in place). False if the dtype's size is not one the kernel moves.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn launch_triangle(
+    input: Dense, out: Dense, rows: i64, cols: i64, diagonal: i64, upper: bool, device: i64,
+) -> Result<bool> {
+    let size = factory::element_size(input.dtype);
+    if size == 0 || input.dtype != out.dtype || input.numel != out.numel {
+        return Ok(false);
+    }
+    let [rows, cols] = [rows, cols].map(|v| v.max(0) as usize);
+    if rows * cols == 0 || input.numel == 0 {
+        return Ok(true);
+    }
+    let bytes = input.numel * size;
+    let input_view = view(input.data, bytes, &[input.storage, input.storage_len])?;
+    let out_view = view(out.data, bytes, &[out.storage, out.storage_len])?;
+    if input_view != out_view && input_view < out_view + bytes && out_view < input_view + bytes {
+        return Ok(false); // partial overlap: the caller copies first
+    }
+    let work = triangle::Triangle {
+        batch: input.numel / (rows * cols), rows, cols, size, diagonal, upper, input: input_view, out: out_view,
+    };
+    // SAFETY: both views checked above, equal or disjoint.
+    launch(device, input.numel, move || unsafe { work.run() })?;
     Ok(true)
 }
 

@@ -79,6 +79,8 @@ pub(crate) fn arity(op: Pointwise) -> Option<usize> {
         | Pointwise::Sign
         | Pointwise::Rsqrt
         | Pointwise::Erfinv
+        | Pointwise::Sin
+        | Pointwise::Cos
         | Pointwise::PowScalar
         | Pointwise::ClampMin
         | Pointwise::ClampMax
@@ -344,6 +346,8 @@ unsafe fn compute_any(op: Pointwise, [x, y]: [f32; 2], [a, b, c]: [*const f32; 3
             Pointwise::Sign => map1(n, a, o, |a| if a > 0.0 { 1.0 } else if a < 0.0 { -1.0 } else { a * 0.0 }),
             Pointwise::Rsqrt => map1(n, a, o, |a| 1.0 / a.sqrt()),
             Pointwise::Erfinv => map1(n, a, o, math::erfinv),
+            Pointwise::Sin => map1(n, a, o, f32::sin),
+            Pointwise::Cos => map1(n, a, o, f32::cos),
             // CPU's special cases (pow_tensor_scalar_optimized_kernel), so results agree bit for bit.
             Pointwise::PowScalar if x == 2.0 => map1(n, a, o, |a| a * a),
             Pointwise::PowScalar if x == 3.0 => map1(n, a, o, |a| a * a * a),

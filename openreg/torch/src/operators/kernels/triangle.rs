@@ -1,0 +1,45 @@
+//! `tril` and `triu`: a batch of contiguous `rows` x `cols` matrices, copied with the elements
+//! outside the triangle set to zero. The kernel moves bytes, so it serves every dtype (zero is
+//! all-zero bytes in each); in place, `input` and `out` are the same address.
+
+/// The triangle to keep: element (i, j) is kept when `j - i <= diagonal` (lower) or
+/// `j - i >= diagonal` (upper), as `torch.tril`/`torch.triu` define it.
+#[derive(Clone, Copy)]
+pub(crate) struct Triangle {
+    pub(crate) batch: usize,
+    pub(crate) rows: usize,
+    pub(crate) cols: usize,
+    pub(crate) size: usize,
+    pub(crate) diagonal: i64,
+    pub(crate) upper: bool,
+    pub(crate) input: usize,
+    pub(crate) out: usize,
+}
+
+impl Triangle {
+    /// # Safety
+    /// `input` and `out` hold `batch * rows * cols` elements of `size` bytes, and are either
+    /// the same address or do not overlap.
+    pub(crate) unsafe fn run(self) {
+        let row_bytes = self.cols * self.size;
+        for m in 0..self.batch * self.rows {
+            let i = (m % self.rows) as i64;
+            // Columns [keep_from, keep_to) are kept in this row.
+            let (keep_from, keep_to) = if self.upper {
+                ((i + self.diagonal).clamp(0, self.cols as i64) as usize, self.cols)
+            } else {
+                (0, (i + self.diagonal + 1).clamp(0, self.cols as i64) as usize)
+            };
+            let (src, dst) = (self.input + m * row_bytes, self.out + m * row_bytes);
+            unsafe {
+                let row = std::slice::from_raw_parts_mut(dst as *mut u8, row_bytes);
+                if src != dst {
+                    let kept = keep_from * self.size..keep_to.max(keep_from) * self.size;
+                    std::ptr::copy_nonoverlapping((src + kept.start) as *const u8, row[kept.clone()].as_mut_ptr(), kept.len());
+                }
+                row[..keep_from * self.size].fill(0);
+                row[keep_to.max(keep_from) * self.size..].fill(0);
+            }
+        }
+    }
+}
