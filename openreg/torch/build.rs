@@ -32,6 +32,7 @@ fn main() {
         "csrc/operators/PointwiseTable.cpp",
         "csrc/operators/TriangularOps.cpp",
         "csrc/operators/RangeFactories.cpp",
+        "csrc/operators/Gather.cpp",
         "csrc/operators/Linalg.cpp",
         "csrc/operators/IndexPut.cpp",
         "csrc/operators/Reduce.cpp",

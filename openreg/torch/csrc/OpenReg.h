@@ -80,6 +80,7 @@ void register_embedding();
 void register_tensor_shape();
 void register_triangular_ops();
 void register_range_factories();
+void register_gather();
 void register_autocast();
 void register_attention();
 void register_quantized_ops();

@@ -47,6 +47,7 @@ void register_backend() {
     register_tensor_shape();
     register_triangular_ops();
     register_range_factories();
+    register_gather();
     register_codegen_ops();
   }
   // No CPU kernel exists for these, so the fallback could not run them.
