@@ -105,6 +105,17 @@ def run(script: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=300)
 
 
+def test_import_torch_does_not_import_dynamo():
+    # Autoload imports this package at `import torch`: registration must not cost every
+    # program Dynamo's import.
+    result = run("""
+        import sys, torch
+        assert torch.openreg.device_count() == 2
+        assert "torch._dynamo" not in sys.modules, "importing the backend imported Dynamo"
+    """)
+    assert result.returncode == 0, result.stderr[-3000:]
+
+
 # ANCHOR: nothing_registered
 def test_eager_and_aot_eager_need_nothing_registered():
     result = run("""
