@@ -38,15 +38,15 @@ def test_abs_of_other_dtypes_and_layouts_is_correct_and_says_so():
         import warnings, torch
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            a = torch.tensor([-3, 4], device="openreg").abs().cpu().tolist()
+            a = torch.tensor([-3.0, 4.0], dtype=torch.float64, device="openreg").abs().cpu().tolist()
             b = torch.tensor([[-1.0, 2.0], [3.0, -4.0]], device="openreg").t().abs().cpu().tolist()
         counts = torch.openreg.fallback_counts()
-        print(a, b, counts.get("aten::abs (Long)"), "aten::abs (Float)" in counts,
-              any("aten::abs (Long) has no openreg kernel" in str(w.message) for w in caught))
+        print(a, b, counts.get("aten::abs (Double)"), "aten::abs (Float)" in counts,
+              any("aten::abs (Double) has no openreg kernel" in str(w.message) for w in caught))
     """)
     env = {**os.environ, "OPENREG_WARN_FALLBACK": "1"}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
-    assert out.stdout.strip() == "[3, 4] [[1.0, 3.0], [2.0, 4.0]] 1 False True", out.stderr
+    assert out.stdout.strip() == "[3.0, 4.0] [[1.0, 3.0], [2.0, 4.0]] 1 False True", out.stderr
 
 
 def test_abs_backward():

@@ -32,6 +32,12 @@ UNARY = {
     "softplus": lambda x: torch.nn.functional.softplus(x, beta=2.0, threshold=5.0),
     "logical_not": torch.logical_not, "isneginf": torch.isneginf, "isposinf": torch.isposinf,
     "sin": lambda x: torch.sin(x * 4), "cos": lambda x: torch.cos(x * 4),
+    "log1p": lambda x: torch.log1p(x.abs()), "threshold": lambda x: torch.nn.functional.threshold(x, 0.5, -2.0),
+    "hardshrink": lambda x: torch.nn.functional.hardshrink(x, 1.0),
+    "softshrink": lambda x: torch.nn.functional.softshrink(x, 0.7), "mish": torch.nn.functional.mish,
+    "clamp": lambda x: torch.clamp(x, -1.0, 2.0), "clamp_lower": lambda x: torch.clamp(x, min=0.5),
+    "clamp_upper": lambda x: torch.clamp(x, max=-0.5), "clamp_crossed": lambda x: torch.clamp(x, 1.0, -1.0),
+    "elu": lambda x: torch.nn.functional.elu(x, alpha=0.8), "selu": torch.nn.functional.selu,
 }
 
 
@@ -93,7 +99,7 @@ def test_logical_where_masked_fill_and_bitwise_on_bools(device):
     pairs = [
         (torch.logical_and(m, n), torch.logical_and(m_cpu, n_cpu)),
         (torch.logical_or(m, a), torch.logical_or(m_cpu, a_cpu)),
-        (m | n, m_cpu | n_cpu), (m & n, m_cpu & n_cpu),
+        (m | n, m_cpu | n_cpu), (m & n, m_cpu & n_cpu), (~m, ~m_cpu), (~m.t(), ~m_cpu.t()),
         (torch.where(m, a, -a), torch.where(m_cpu, a_cpu, -a_cpu)),
         (torch.where(m, a, 0.0), torch.where(m_cpu, a_cpu, 0.0)),
         (torch.where(m[:, :1], a, a.t().contiguous().t()), torch.where(m_cpu[:, :1], a_cpu, a_cpu)),
@@ -116,6 +122,10 @@ def test_logical_where_masked_fill_and_bitwise_on_bools(device):
 @pytest.mark.parametrize("name, fn", [
     ("hardswish", torch.nn.functional.hardswish), ("hardsigmoid", torch.nn.functional.hardsigmoid),
     ("sigmoid", torch.sigmoid), ("tanh", torch.tanh), ("softplus", torch.nn.functional.softplus),
+    ("hardshrink", torch.nn.functional.hardshrink), ("softshrink", torch.nn.functional.softshrink),
+    ("elu", torch.nn.functional.elu), ("selu", torch.nn.functional.selu), ("mish", torch.nn.functional.mish),
+    ("threshold", lambda x: torch.nn.functional.threshold(x, 0.1, 2.0)),
+    ("clamp", lambda x: torch.clamp(x, -1.0, 1.0)), ("log1p", lambda x: torch.log1p(x.abs())),
 ])
 @pytest.mark.parametrize("dtype", FLOATS)
 def test_backwards_match_cpu(name, fn, dtype):
@@ -130,11 +140,37 @@ def test_backwards_match_cpu(name, fn, dtype):
                                atol=1e-2 if dtype != torch.float32 else 1e-6)
 
 
-def test_other_dtypes_and_bad_input_go_to_cpu_kernels():
-    i = torch.arange(6).openreg()
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_xlogy_matches_cpu(dtype, device):
+    a_cpu, a = inputs((5, 6), dtype, device, seed=5)
+    b_cpu, b = inputs((6,), dtype, device, seed=6)
+    b_cpu, b = b_cpu.abs(), b.abs()
+    b_cpu[1], b[1] = float("nan"), float("nan")
     torch.openreg.reset_fallback_counts()
-    assert torch.equal((i < 3).cpu(), torch.arange(6) < 3)  # int64: CPU's kernel, counted
+    got = [torch.xlogy(a, b), torch.xlogy(a.t().contiguous().t(), b), torch.xlogy(a[0, 0], b[2]),
+           torch.xlogy(a, b, out=torch.empty(5, 6, dtype=dtype, device=device)), a.clone().xlogy_(b)]
+    assert torch.openreg.fallback_counts() == {}
+    want = torch.xlogy(a_cpu, b_cpu)
+    for g, w in zip(got, [want, want, torch.xlogy(a_cpu[0, 0], b_cpu[2]), want, want]):
+        torch.testing.assert_close(g.cpu(), w, equal_nan=True, rtol=1e-2 if dtype != torch.float32 else 1e-5, atol=1e-3)
+    # Integers are promoted to the default float, as on CPU.
+    i = torch.arange(4, device=device)
+    assert torch.xlogy(i, i).dtype == torch.float32
+
+
+def test_other_dtypes_and_bad_input_go_to_cpu_kernels():
+    i = torch.arange(6, dtype=torch.float64).openreg()
+    torch.openreg.reset_fallback_counts()
+    assert torch.equal((i < 3).cpu(), torch.arange(6, dtype=torch.float64) < 3)  # float64: CPU's kernel, counted
     assert torch.openreg.fallback_counts() != {}
+    with pytest.raises(RuntimeError, match="At least one of 'min' or 'max' must not be None"):
+        torch.clamp(torch.ones(2).openreg())
+    assert torch.isnan(torch.clamp(torch.ones(3).openreg(), min=float("nan")).cpu()).all()
+    x = torch.ones(3).openreg()
+    torch.openreg.reset_fallback_counts()
+    torch.nn.functional.celu(x, alpha=2.0)  # CELU's input scale (1 / alpha): CPU's kernel, counted
+    assert "aten::elu" in torch.openreg.fallback_counts()
     with pytest.raises(RuntimeError, match="not implemented for 'Float'"):
         torch.ones(2).openreg() | torch.ones(2).openreg()
     with pytest.raises(RuntimeError, match="boolean masks"):

@@ -201,6 +201,21 @@ pub(crate) mod ffi {
         /// `scalar`, `scalar2`: beta, threshold.
         Softplus,
         SoftplusBackward,
+        Log1p,
+        /// `scalar`, `scalar2`: the threshold, the value at and below it.
+        Threshold,
+        /// `scalar`: lambda.
+        Hardshrink,
+        Softshrink,
+        /// hardshrink's and softshrink's gradient; `scalar`: lambda.
+        ShrinkBackward,
+        Mish,
+        /// `scalar`, `scalar2`: the bounds; NaN for an absent one.
+        Clamp,
+        Xlogy,
+        /// `scalar`, `scalar2`: alpha, scale (input_scale 1).
+        Elu,
+        EluBackward,
     }
 
     /// A reduction of the Rust kernels (`kernels/reduce.rs`).

@@ -360,8 +360,7 @@ at::Tensor& relu_(at::Tensor& self) {
 }
 
 // ANCHOR: fill
-// fill_ converts the value as CPU does, so an out-of-range value is the same error. Integers
-// (masks, positions) have a kernel of their own for contiguous tensors.
+// fill_ converts the value as CPU does, so an out-of-range value is the same error.
 at::Tensor& fill_scalar_(at::Tensor& self, const at::Scalar& value) {
   auto iter = at::TensorIteratorConfig()
                   .set_check_mem_overlap(false)
@@ -391,6 +390,11 @@ at::Tensor& fill_scalar_(at::Tensor& self, const at::Scalar& value) {
   if (integer && self.is_contiguous() &&
       call([&] { return launch_fill_int(dense(self), *integer, self.device().index()); })) {
     return self;
+  }
+  // A strided integer tensor: the elementwise kernels' exact integer path (for values float64
+  // holds exactly; others take CPU's kernel).
+  if (integer) {
+    v = static_cast<double>(*integer);
   }
   if (!v || !run_pointwise(iter, Pointwise::Fill, *v)) {
     note_host_path("fill_", self.scalar_type());

@@ -33,6 +33,7 @@ enum class Kind {
   UnaryFloat,  // integers promoted to the default float (rsqrt, erfinv)
   UnaryBool,   // a bool result (logical_not, isneginf)
   Binary,      // two tensors, promoted (the activations' backwards)
+  BinaryFloat, // two tensors, integers promoted to the default float (xlogy)
   Comparison,  // two operands promoted, a bool result (also logical_and, logical_or); a
                // Scalar operand is a CPU scalar input
   Where,       // condition, self, other
@@ -62,6 +63,23 @@ bool all_bool(const std::vector<at::Tensor>& inputs, const std::vector<double>&)
     }
   }
   return true;
+}
+
+// clamp's bounds arrive as -inf and inf when absent (see table_kernel). Both absent is CPU's
+// error; a NaN bound, CPU's NaN result.
+bool some_bound(const std::vector<at::Tensor>&, const std::vector<double>& p) {
+  return p.size() == 2 && !std::isnan(p[0]) && !std::isnan(p[1]) &&
+         !(p[0] == -INFINITY && p[1] == INFINITY);
+}
+
+// elu's formula takes alpha and scale; CELU's input_scale (1 / alpha) is CPU's.
+bool unit_input_scale(const std::vector<at::Tensor>&, const std::vector<double>& p) {
+  return p.size() == 3 && p[2] == 1.0;
+}
+
+// elu_backward(grad, alpha, scale, input_scale, is_result, self_or_result): from the input.
+bool elu_backward_of_input(const std::vector<at::Tensor>&, const std::vector<double>& p) {
+  return p.size() == 4 && p[2] == 1.0 && p[3] == 0.0;
 }
 
 // ANCHOR: table
@@ -97,6 +115,18 @@ const Row kTable[] = {
     {{"tanh_backward", "tanh_backward.grad_input"}, Kind::Binary, Pointwise::TanhBackward},
     {{"softplus", "softplus.out"}, Kind::Unary, Pointwise::Softplus},
     {{"softplus_backward", "softplus_backward.grad_input"}, Kind::Binary, Pointwise::SoftplusBackward},
+    {{"bitwise_not", "bitwise_not_", "bitwise_not.out"}, Kind::Unary, Pointwise::LogicalNot, all_bool},
+    {{"log1p", "log1p_", "log1p.out"}, Kind::UnaryFloat, Pointwise::Log1p},
+    {{"threshold", "threshold_", "threshold.out"}, Kind::Unary, Pointwise::Threshold},
+    {{"hardshrink", "hardshrink.out"}, Kind::Unary, Pointwise::Hardshrink},
+    {{"softshrink", "softshrink.out"}, Kind::Unary, Pointwise::Softshrink},
+    {{"hardshrink_backward", "hardshrink_backward.grad_input", "softshrink_backward", "softshrink_backward.grad_input"},
+     Kind::Binary, Pointwise::ShrinkBackward},
+    {{"mish", "mish_", "mish.out"}, Kind::Unary, Pointwise::Mish},
+    {{"clamp", "clamp_", "clamp.out"}, Kind::Unary, Pointwise::Clamp, some_bound},
+    {{"xlogy.Tensor", "xlogy_.Tensor", "xlogy.OutTensor"}, Kind::BinaryFloat, Pointwise::Xlogy},
+    {{"elu", "elu_", "elu.out"}, Kind::Unary, Pointwise::Elu, unit_input_scale},
+    {{"elu_backward", "elu_backward.grad_input"}, Kind::Binary, Pointwise::EluBackward, elu_backward_of_input},
 };
 // ANCHOR_END: table
 
@@ -144,6 +174,8 @@ void table_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
       inputs.push_back(v.toTensor());
     } else if (v.isScalar() && row->kind == Kind::Comparison) {
       inputs.push_back(scalar_operand(v));
+    } else if (v.isNone() && row->op == Pointwise::Clamp) {
+      params.push_back(params.empty() ? -INFINITY : INFINITY);  // an absent bound does not bound
     } else if (v.isNone()) {
       params.push_back(std::nan(""));
     } else if (v.isBool()) {
@@ -168,6 +200,7 @@ void table_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     case Kind::Unary: iter.build_borrowing_unary_op(out, a); break;
     case Kind::UnaryFloat: iter.build_borrowing_unary_float_op(out, a); break;
     case Kind::Binary: iter.build_borrowing_binary_op(out, a, b); break;
+    case Kind::BinaryFloat: iter.build_borrowing_binary_float_op(out, a, b); break;
     case Kind::Comparison: {
       // Two tensors of different dtypes are compared in their common dtype, as CPU does.
       const auto cpu_scalar = [](const at::Tensor& t) { return t.dim() == 0 && t.is_cpu(); };

@@ -10,6 +10,7 @@ mod elementwise;
 mod embedding;
 mod factory;
 mod foreach;
+mod integer;
 mod linalg;
 mod lstm;
 mod math;
@@ -38,6 +39,7 @@ use crate::ffi::ffi::{
 use crate::runtime::generator::{Draw, PhiloxGenerator};
 use dtype::Dtype;
 use elementwise::{Elementwise, Source};
+use integer::Int;
 use walk::Layout;
 
 /// Elements per parallel chunk: below this a kernel runs on the stream's worker alone.
@@ -124,8 +126,8 @@ pub(crate) fn launch_pointwise(
     shape: &[i64], strides: &[i64], device: i64,
 ) -> Result<bool> {
     let storage = |k: usize| storages.get(2 * k..2 * k + 2).unwrap_or(&[]);
-    if op == Pointwise::Add && dtypes.len() == 3 && dtypes.iter().all(|&d| d == INT64) {
-        return launch_add_i64(scalar, data, storages, constants, shape, strides, device);
+    if elementwise::arity(op) == dtypes.len().checked_sub(1) && integer::applies(op, dtypes) && data.len() <= walk::MAX_OPERANDS {
+        return launch_integer(op, [scalar, scalar2], data, storages, dtypes, constants, shape, strides, device);
     }
     if !pointwise_supported(op, dtypes) || data.len() > walk::MAX_OPERANDS {
         return Ok(false);
@@ -168,45 +170,50 @@ pub(crate) fn launch_pointwise(
 }
 // ANCHOR_END: launch_pointwise
 
-/// int64 `out = a + alpha * b` (BatchNorm's step counter is one), in exact integer arithmetic
-/// with wrap-around as on CPU. False if alpha or a CPU scalar is not an exact integer in
-/// float64 (such values take CPU's kernel).
-fn launch_add_i64(
-    alpha: f64, data: &[usize], storages: &[usize], constants: &[f64], shape: &[i64], strides: &[i64], device: i64,
+/// [`launch_pointwise`] for integer operands (kernels/integer.rs), in exact arithmetic. False,
+/// having done nothing, if a scalar it reads is not an integer that float64 holds exactly
+/// (CPU's kernel takes those).
+#[allow(clippy::too_many_arguments)]
+fn launch_integer(
+    op: Pointwise, scalars: [f64; 2], data: &[usize], storages: &[usize], dtypes: &[i8], constants: &[f64],
+    shape: &[i64], strides: &[i64], device: i64,
 ) -> Result<bool> {
     const EXACT: f64 = (1u64 << 53) as f64;
     let exact = |v: f64| v.fract() == 0.0 && v.abs() < EXACT;
-    if !exact(alpha) || (1..3).any(|k| data[k] == 0 && !exact(constants.get(k).copied().unwrap_or(0.0))) {
+    let constant = |k: usize| constants.get(k).copied().unwrap_or(0.0);
+    // clamp's absent bounds arrive infinite: the integers' ends.
+    let integral = |v: f64| match v {
+        v if op == Pointwise::Clamp && v == f64::NEG_INFINITY => Some(i64::MIN),
+        v if op == Pointwise::Clamp && v == f64::INFINITY => Some(i64::MAX),
+        v => exact(v).then_some(v as i64),
+    };
+    let mut ints = [0i64; 2];
+    for k in 0..integer::scalars_read(op) {
+        match integral(scalars[k]) {
+            Some(v) => ints[k] = v,
+            None => return Ok(false),
+        }
+    }
+    if (1..data.len()).any(|k| data[k] == 0 && !exact(constant(k))) {
         return Ok(false);
     }
-    let layout = Layout::new(shape, strides, 3);
+    let layout = Layout::new(shape, strides, data.len());
     let n = layout.numel();
     if n == 0 {
         return Ok(true);
     }
-    let mut at = [0usize; 3];
-    for k in 0..3 {
-        if data[k] != 0 {
-            at[k] = view(data[k], layout.extent(k, 8), storages.get(2 * k..2 * k + 2).unwrap_or(&[]))?;
-        }
+    let ty = |k: usize| Int::from_code(dtypes[k]).unwrap_or(Int::I64); // integer::applies checked them
+    let storage = |k: usize| storages.get(2 * k..2 * k + 2).unwrap_or(&[]);
+    let out = (view(data[0], layout.extent(0, ty(0).size()), storage(0))?, ty(0));
+    let mut inputs = smallvec::SmallVec::new();
+    for k in 1..data.len() {
+        inputs.push(match data[k] {
+            0 => integer::Source::Constant(ty(k).wrap(constant(k) as i64)),
+            ptr => integer::Source::Memory { base: view(ptr, layout.extent(k, ty(k).size()), storage(k))?, ty: ty(k) },
+        });
     }
-    let values = [0, constants.get(1).copied().unwrap_or(0.0) as i64, constants.get(2).copied().unwrap_or(0.0) as i64];
-    let alpha = alpha as i64;
-    launch(device, n, move || {
-        layout.walk(0, n, |o, len| {
-            for i in 0..len as isize {
-                // SAFETY: every extent was checked at launch; a 0 address is a CPU scalar.
-                unsafe {
-                    let get = |k: usize| match at[k] {
-                        0 => values[k],
-                        base => ((base as isize + o[k] + i * layout.strides[0][k]) as *const i64).read_unaligned(),
-                    };
-                    let sum = get(1).wrapping_add(alpha.wrapping_mul(get(2)));
-                    ((at[0] as isize + o[0] + i * layout.strides[0][0]) as *mut i64).write_unaligned(sum);
-                }
-            }
-        })
-    })?;
+    let work = integer::Integer { op, scalars: ints, out, inputs, layout };
+    launch(device, n, move || work.run())?;
     Ok(true)
 }
 

@@ -89,7 +89,14 @@ pub(crate) fn arity(op: Pointwise) -> Option<usize> {
         | Pointwise::Softplus
         | Pointwise::IsNegInf
         | Pointwise::IsPosInf
-        | Pointwise::LogicalNot => 1,
+        | Pointwise::LogicalNot
+        | Pointwise::Log1p
+        | Pointwise::Threshold
+        | Pointwise::Hardshrink
+        | Pointwise::Softshrink
+        | Pointwise::Mish
+        | Pointwise::Clamp
+        | Pointwise::Elu => 1,
         Pointwise::Add
         | Pointwise::Mul
         | Pointwise::Div
@@ -114,7 +121,10 @@ pub(crate) fn arity(op: Pointwise) -> Option<usize> {
         | Pointwise::TanhBackward
         | Pointwise::HardswishBackward
         | Pointwise::HardsigmoidBackward
-        | Pointwise::SoftplusBackward => 2,
+        | Pointwise::SoftplusBackward
+        | Pointwise::ShrinkBackward
+        | Pointwise::Xlogy
+        | Pointwise::EluBackward => 2,
         Pointwise::Addcmul | Pointwise::Addcdiv | Pointwise::Where => 3,
         _ => return None,
     })
@@ -373,6 +383,22 @@ unsafe fn compute_any(op: Pointwise, [x, y]: [f32; 2], [a, b, c]: [*const f32; 3
                 let z = (s * x).exp();
                 if s * x > y { grad } else { grad * z / (z + 1.0) }
             }),
+            Pointwise::Log1p => map1(n, a, o, f32::ln_1p),
+            Pointwise::Threshold => map1(n, a, o, |a| if a <= x { y } else { a }),
+            Pointwise::Hardshrink => map1(n, a, o, |a| if a >= -x && a <= x { 0.0 } else { a }),
+            Pointwise::Softshrink => map1(n, a, o, |a| if a > x { a - x } else if a < -x { a + x } else { a * 0.0 }),
+            Pointwise::ShrinkBackward => map2(n, a, b, o, |grad, s| if s >= -x && s <= x { 0.0 } else { grad }),
+            Pointwise::Mish => map1(n, a, o, |a| a * a.exp().ln_1p().tanh()),
+            // A NaN input stays NaN; an absent bound is infinite; max wins over min, as on CPU.
+            Pointwise::Clamp => map1(n, a, o, |a| {
+                let low = if a < x { x } else { a };
+                if low > y { y } else { low }
+            }),
+            // x * log(y), 0 where x is 0 unless y is NaN.
+            Pointwise::Xlogy => map2(n, a, b, o, |a, b| if b.is_nan() { f32::NAN } else if a == 0.0 { 0.0 } else { a * b.ln() }),
+            Pointwise::Elu => map1(n, a, o, |a| if a > 0.0 { y * a } else { y * x * a.exp_m1() }),
+            // (grad, self): the gradient of elu at self.
+            Pointwise::EluBackward => map2(n, a, b, o, |grad, s| if s > 0.0 { grad * y } else { grad * y * x * s.exp() }),
             // ANCHOR_END: table_formulas
             _ => {} // arity() admits only the operations above
         }

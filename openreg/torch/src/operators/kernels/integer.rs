@@ -1,0 +1,233 @@
+//! Elementwise operators on integer tensors, in exact 64-bit arithmetic that wraps as CPU's
+//! does: the float32 kernels of elementwise.rs would round integers above 2^24. Operands are
+//! integers of any width, or bool (a `where` condition, a mask, a comparison's result); each
+//! run along the fastest dimension is read into i64 blocks, computed, and written back.
+
+use super::elementwise::{BLOCK, parallel};
+use super::walk::Layout;
+use crate::ffi::ffi::Pointwise;
+
+/// An integer element type (bool included), by its `c10::ScalarType` code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Int {
+    U8,
+    I8,
+    I16,
+    I32,
+    I64,
+    Bool,
+}
+
+impl Int {
+    pub(crate) fn from_code(code: i8) -> Option<Int> {
+        Some(match code {
+            0 => Int::U8,
+            1 => Int::I8,
+            2 => Int::I16,
+            3 => Int::I32,
+            4 => Int::I64,
+            11 => Int::Bool,
+            _ => return None,
+        })
+    }
+
+    pub(crate) fn size(self) -> usize {
+        match self {
+            Int::U8 | Int::I8 | Int::Bool => 1,
+            Int::I16 => 2,
+            Int::I32 => 4,
+            Int::I64 => 8,
+        }
+    }
+
+    /// `v` converted to this type and back, as C++ converts a CPU scalar to the operation's
+    /// type (`x <= -3` on uint8 compares with 253).
+    pub(crate) fn wrap(self, v: i64) -> i64 {
+        match self {
+            Int::U8 => i64::from(v as u8),
+            Int::I8 => i64::from(v as i8),
+            Int::I16 => i64::from(v as i16),
+            Int::I32 => i64::from(v as i32),
+            Int::I64 => v,
+            Int::Bool => i64::from(v != 0),
+        }
+    }
+
+    /// Reads `out.len()` elements `stride` bytes apart.
+    ///
+    /// # Safety
+    /// Every element read lies in memory the caller may read.
+    unsafe fn load(self, src: *const u8, stride: isize, out: &mut [i64]) {
+        let at = |i: usize| src.wrapping_offset(i as isize * stride);
+        unsafe {
+            match self {
+                Int::U8 => out.iter_mut().enumerate().for_each(|(i, v)| *v = i64::from(at(i).read())),
+                Int::Bool => out.iter_mut().enumerate().for_each(|(i, v)| *v = i64::from(at(i).read() != 0)),
+                Int::I8 => out.iter_mut().enumerate().for_each(|(i, v)| *v = i64::from(at(i).cast::<i8>().read())),
+                Int::I16 => {
+                    out.iter_mut().enumerate().for_each(|(i, v)| *v = i64::from(at(i).cast::<i16>().read_unaligned()))
+                }
+                Int::I32 => {
+                    out.iter_mut().enumerate().for_each(|(i, v)| *v = i64::from(at(i).cast::<i32>().read_unaligned()))
+                }
+                Int::I64 => out.iter_mut().enumerate().for_each(|(i, v)| *v = at(i).cast::<i64>().read_unaligned()),
+            }
+        }
+    }
+
+    /// Writes values `stride` bytes apart, truncated to the width as C++'s conversions do
+    /// (bool: nonzero is true).
+    ///
+    /// # Safety
+    /// Every element written lies in memory the caller may write.
+    unsafe fn store(self, dst: *mut u8, stride: isize, values: &[i64]) {
+        let at = |i: usize| dst.wrapping_offset(i as isize * stride);
+        unsafe {
+            match self {
+                Int::U8 | Int::I8 => values.iter().enumerate().for_each(|(i, &v)| at(i).write(v as u8)),
+                Int::Bool => values.iter().enumerate().for_each(|(i, &v)| at(i).write(u8::from(v != 0))),
+                Int::I16 => values.iter().enumerate().for_each(|(i, &v)| at(i).cast::<i16>().write_unaligned(v as i16)),
+                Int::I32 => values.iter().enumerate().for_each(|(i, &v)| at(i).cast::<i32>().write_unaligned(v as i32)),
+                Int::I64 => values.iter().enumerate().for_each(|(i, &v)| at(i).cast::<i64>().write_unaligned(v)),
+            }
+        }
+    }
+}
+
+/// True if the operation has an integer formula below.
+fn computes(op: Pointwise) -> bool {
+    matches!(
+        op,
+        Pointwise::Fill
+            | Pointwise::Copy
+            | Pointwise::Neg
+            | Pointwise::Abs
+            | Pointwise::Sign
+            | Pointwise::Add
+            | Pointwise::Mul
+            | Pointwise::Maximum
+            | Pointwise::Minimum
+            | Pointwise::ClampMin
+            | Pointwise::ClampMax
+            | Pointwise::Clamp
+            | Pointwise::Eq
+            | Pointwise::Ne
+            | Pointwise::Lt
+            | Pointwise::Le
+            | Pointwise::Gt
+            | Pointwise::Ge
+            | Pointwise::LogicalNot
+            | Pointwise::LogicalAnd
+            | Pointwise::LogicalOr
+            | Pointwise::Where
+            | Pointwise::MaskedFill
+    )
+}
+
+/// True if these operands (output first) are integer work for this module: every one an
+/// integer or bool, at least one not bool (all-bool logic is the float kernels' 0.0/1.0).
+pub(crate) fn applies(op: Pointwise, dtypes: &[i8]) -> bool {
+    let types: Option<Vec<Int>> = dtypes.iter().map(|&d| Int::from_code(d)).collect();
+    computes(op) && types.is_some_and(|t| t.iter().any(|&t| t != Int::Bool))
+}
+
+/// The operation's scalars it reads (alpha, the fill value, a clamp bound).
+pub(crate) fn scalars_read(op: Pointwise) -> usize {
+    match op {
+        Pointwise::Fill | Pointwise::Add | Pointwise::MaskedFill | Pointwise::ClampMin | Pointwise::ClampMax => 1,
+        Pointwise::Clamp => 2,
+        _ => 0,
+    }
+}
+
+/// Where an input's elements come from.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Source {
+    /// Runtime-view memory of this type.
+    Memory { base: usize, ty: Int },
+    /// One value for every element: a CPU scalar.
+    Constant(i64),
+}
+
+/// One integer elementwise operation, ready to run on a stream's worker.
+#[derive(Clone)]
+pub(crate) struct Integer {
+    pub op: Pointwise,
+    pub scalars: [i64; 2],
+    pub out: (usize, Int),
+    pub inputs: smallvec::SmallVec<[Source; 3]>,
+    pub layout: Layout,
+}
+
+impl Integer {
+    pub(crate) fn run(&self) {
+        let l = &self.layout;
+        parallel(l.numel(), |start, count| {
+            let mut ins = [[0i64; BLOCK]; 3];
+            let mut out = [0i64; BLOCK];
+            l.walk(start, count, |offsets, len| {
+                let mut done = 0;
+                while done < len {
+                    let n = (len - done).min(BLOCK);
+                    let at = |k: usize| offsets[k] + done as isize * l.strides[0][k];
+                    for (k, source) in self.inputs.iter().enumerate() {
+                        match *source {
+                            Source::Constant(v) => ins[k][..n].fill(v),
+                            // SAFETY: the launch checked every operand's extent in its storage.
+                            Source::Memory { base, ty } => unsafe {
+                                ty.load((base as isize + at(k + 1)) as *const u8, l.strides[0][k + 1], &mut ins[k][..n])
+                            },
+                        }
+                    }
+                    compute(self.op, self.scalars, [&ins[0][..n], &ins[1][..n], &ins[2][..n]], &mut out[..n]);
+                    let (base, ty) = self.out;
+                    // SAFETY: as above; an in-place output was read in full before this write.
+                    unsafe { ty.store((base as isize + at(0)) as *mut u8, l.strides[0][0], &out[..n]) };
+                    done += n;
+                }
+            });
+        });
+    }
+}
+
+// ANCHOR: formulas
+/// The integer formulas; `x` is alpha, the fill value or the (lower) bound, `y` the upper one. Wrapping, as C++'s
+/// integer arithmetic is on CPU; comparisons and logic give 0 or 1.
+fn compute(op: Pointwise, [x, y]: [i64; 2], [a, b, c]: [&[i64]; 3], o: &mut [i64]) {
+    let map1 = |o: &mut [i64], f: fn(i64, i64) -> i64| o.iter_mut().zip(a).for_each(|(o, &a)| *o = f(a, x));
+    let map2 = |o: &mut [i64], f: fn(i64, i64, i64) -> i64| {
+        o.iter_mut().zip(a.iter().zip(b)).for_each(|(o, (&a, &b))| *o = f(a, b, x))
+    };
+    match op {
+        Pointwise::Fill => o.fill(x),
+        Pointwise::Copy => o.copy_from_slice(a),
+        Pointwise::Neg => map1(o, |a, _| a.wrapping_neg()),
+        Pointwise::Abs => map1(o, |a, _| a.wrapping_abs()),
+        Pointwise::Sign => map1(o, |a, _| a.signum()),
+        Pointwise::ClampMin => map1(o, |a, x| a.max(x)),
+        Pointwise::ClampMax => map1(o, |a, x| a.min(x)),
+        Pointwise::Clamp => o.iter_mut().zip(a).for_each(|(o, &a)| *o = a.max(x).min(y)),
+        Pointwise::LogicalNot => map1(o, |a, _| i64::from(a == 0)),
+        Pointwise::Add => map2(o, |a, b, x| a.wrapping_add(x.wrapping_mul(b))),
+        Pointwise::Mul => map2(o, |a, b, _| a.wrapping_mul(b)),
+        Pointwise::Maximum => map2(o, |a, b, _| a.max(b)),
+        Pointwise::Minimum => map2(o, |a, b, _| a.min(b)),
+        Pointwise::Eq => map2(o, |a, b, _| i64::from(a == b)),
+        Pointwise::Ne => map2(o, |a, b, _| i64::from(a != b)),
+        Pointwise::Lt => map2(o, |a, b, _| i64::from(a < b)),
+        Pointwise::Le => map2(o, |a, b, _| i64::from(a <= b)),
+        Pointwise::Gt => map2(o, |a, b, _| i64::from(a > b)),
+        Pointwise::Ge => map2(o, |a, b, _| i64::from(a >= b)),
+        Pointwise::LogicalAnd => map2(o, |a, b, _| i64::from(a != 0 && b != 0)),
+        Pointwise::LogicalOr => map2(o, |a, b, _| i64::from(a != 0 || b != 0)),
+        // (mask, self): the value where the mask is set.
+        Pointwise::MaskedFill => map2(o, |mask, s, x| if mask != 0 { x } else { s }),
+        Pointwise::Where => {
+            for (i, o) in o.iter_mut().enumerate() {
+                *o = if a[i] != 0 { b[i] } else { c[i] };
+            }
+        }
+        _ => {} // computes() admits only the operations above
+    }
+}
+// ANCHOR_END: formulas
