@@ -33,6 +33,7 @@ fn main() {
         "csrc/operators/TriangularOps.cpp",
         "csrc/operators/RangeFactories.cpp",
         "csrc/operators/Gather.cpp",
+        "csrc/operators/TensorCompare.cpp",
         "csrc/operators/Linalg.cpp",
         "csrc/operators/IndexPut.cpp",
         "csrc/operators/Reduce.cpp",

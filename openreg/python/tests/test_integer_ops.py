@@ -132,3 +132,49 @@ def test_bad_input_is_cpu_error():
         torch.ones(3, dtype=torch.int64, device="openreg") + torch.ones(4, dtype=torch.int64, device="openreg")
     with pytest.raises(RuntimeError, match="result type"):
         torch.ones(3, dtype=torch.int64, device="openreg").add_(torch.ones(3, device="openreg"))
+
+
+BITWISE = {"and": torch.bitwise_and, "or": torch.bitwise_or, "xor": torch.bitwise_xor}
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [*INTS, torch.bool])
+@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+@pytest.mark.parametrize("name", sorted(BITWISE))
+def test_bitwise_matches_cpu(name, layout, dtype, device):
+    make = (lambda s: ints((6, 4), torch.int64, seed=s) > 0) if dtype == torch.bool else (lambda s: ints((6, 4), dtype, seed=s))
+    a, b = LAYOUTS[layout](make(6).to(device)), LAYOUTS[layout](make(7).to(device))
+    run_both(BITWISE[name], a, b)
+    run_both(torch.bitwise_not, a)
+    run_both(lambda a, b: BITWISE[name](a, b, out=torch.empty_like(a)), a, b)
+    run_both(lambda a, b: getattr(a.clone(), f"bitwise_{name}_")(b), a, b)
+
+
+def test_bitwise_of_floats_is_cpu_error():
+    x = torch.ones(2, device="openreg")
+    with pytest.raises(RuntimeError, match="not implemented for 'Float'"):
+        x & x
+    with pytest.raises(RuntimeError, match="not implemented for 'Float'"):
+        torch.bitwise_not(x)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [*INTS, torch.bool])
+@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+def test_integer_inputs_of_float_operations_match_cpu(layout, dtype, device):
+    a = LAYOUTS[layout](ints((6, 4), torch.int64, seed=8).to(dtype).to(device))
+    f = LAYOUTS[layout]((torch.randn(6, 4, generator=torch.Generator().manual_seed(9)) * 50).to(device))
+    run_both(lambda f, a: f / a, f, a)
+    run_both(lambda f, a: f * a, f, a)
+    run_both(lambda f, a: f - a if a.dtype != torch.bool else f - a.float(), f, a)
+    run_both(lambda a: a.float(), a)
+    run_both(lambda a: a.to(torch.bfloat16), a)
+    run_both(lambda a: a / 3, a)  # true division promotes to the default float
+    run_both(lambda f, a: f.half() + a, f, a)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_large_integers_round_as_cpu_converts_them(device):
+    a = torch.tensor([2**24 + 1, 2**53 + 1, -(2**62) - 1, 2**63 - 1], device=device)
+    run_both(lambda a: a.float(), a)
+    run_both(lambda a: a * 0.5, a)

@@ -81,6 +81,7 @@ void register_tensor_shape();
 void register_triangular_ops();
 void register_range_factories();
 void register_gather();
+void register_tensor_compare();
 void register_autocast();
 void register_attention();
 void register_quantized_ops();

@@ -12,7 +12,7 @@ use crate::runtime::device::{
 use crate::error::last_error_kind;
 use crate::operators::fallback::record_fallback;
 use crate::operators::kernels::{
-    embedding_backward, index_select, launch_abs_f32, launch_amp_unscale, launch_dropout, launch_dropout_at, launch_multinomial, launch_index_put, launch_arange, launch_fill_int, launch_triangle, launch_qr, launch_random, launch_randperm, launch_amp_update_scale, launch_convolution, launch_foreach, launch_fused_step,
+    embedding_backward, index_select, launch_abs_f32, launch_amp_unscale, launch_dropout, launch_dropout_at, launch_multinomial, launch_index_put, launch_arange, launch_fill_int, launch_arg_extremum, launch_cumsum, launch_triangle, launch_qr, launch_random, launch_randperm, launch_amp_update_scale, launch_convolution, launch_foreach, launch_fused_step,
     launch_lstm_layer, launch_matmul, launch_norm, launch_pointwise, launch_pool2d, launch_reduction, launch_rnn_cell, launch_same_shape,
     launch_softmax, nll_loss_backward, nll_loss_forward,
 };
@@ -216,6 +216,11 @@ pub(crate) mod ffi {
         /// `scalar`, `scalar2`: alpha, scale (input_scale 1).
         Elu,
         EluBackward,
+        /// Bitwise on integers, logical on bools.
+        BitwiseAnd,
+        BitwiseOr,
+        BitwiseXor,
+        BitwiseNot,
     }
 
     /// A reduction of the Rust kernels (`kernels/reduce.rs`).
@@ -538,6 +543,12 @@ pub(crate) mod ffi {
         /// if the dtype is not one they write.
         fn launch_arange(out: Dense, start: f64, step: f64, istart: i64, istep: i64, device: i64) -> Result<bool>;
         fn launch_fill_int(out: Dense, value: i64, device: i64) -> Result<bool>;
+        /// Along the last dimension of `rows` contiguous rows of `len` elements
+        /// (`kernels/rows.rs`): the index of each row's largest (`max`) or smallest element into
+        /// `out` (int64), and the running sum into `out` (the input's dtype). False if the dtype
+        /// is not one they read.
+        fn launch_arg_extremum(max: bool, rows: i64, len: i64, input: Dense, out: Dense, device: i64) -> Result<bool>;
+        fn launch_cumsum(rows: i64, len: i64, input: Dense, out: Dense, device: i64) -> Result<bool>;
         /// `tril`/`triu` of contiguous matrices (`kernels/triangle.rs`).
         #[allow(clippy::too_many_arguments)]
         fn launch_triangle(input: Dense, out: Dense, rows: i64, cols: i64, diagonal: i64, upper: bool, device: i64) -> Result<bool>;

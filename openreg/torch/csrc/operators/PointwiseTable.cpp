@@ -54,11 +54,10 @@ bool finite_bound(const std::vector<at::Tensor>&, const std::vector<double>& p) 
   return !p.empty() && !std::isnan(p[0]);  // a NaN bound: CPU's NaN result, from CPU's kernel
 }
 
-// Bitwise operators are logical ones on bool tensors; other dtypes are CPU's (its error for
-// floats, its bit arithmetic for integers).
-bool all_bool(const std::vector<at::Tensor>& inputs, const std::vector<double>&) {
+// Bitwise operators take integers and bools; floats are CPU's (its error).
+bool integral(const std::vector<at::Tensor>& inputs, const std::vector<double>&) {
   for (const auto& t : inputs) {
-    if (t.scalar_type() != at::kBool) {
+    if (!at::isIntegralType(t.scalar_type(), /*includeBool=*/true)) {
       return false;
     }
   }
@@ -93,8 +92,10 @@ const Row kTable[] = {
     {{"logical_not", "logical_not_", "logical_not.out"}, Kind::UnaryBool, Pointwise::LogicalNot},
     {{"logical_and", "logical_and_", "logical_and.out"}, Kind::Comparison, Pointwise::LogicalAnd},
     {{"logical_or", "logical_or_", "logical_or.out"}, Kind::Comparison, Pointwise::LogicalOr},
-    {{"bitwise_and.Tensor", "bitwise_and_.Tensor", "bitwise_and.Tensor_out"}, Kind::Binary, Pointwise::LogicalAnd, all_bool},
-    {{"bitwise_or.Tensor", "bitwise_or_.Tensor", "bitwise_or.Tensor_out"}, Kind::Binary, Pointwise::LogicalOr, all_bool},
+    {{"bitwise_and.Tensor", "bitwise_and_.Tensor", "bitwise_and.Tensor_out"}, Kind::Binary, Pointwise::BitwiseAnd, integral},
+    {{"bitwise_or.Tensor", "bitwise_or_.Tensor", "bitwise_or.Tensor_out"}, Kind::Binary, Pointwise::BitwiseOr, integral},
+    {{"bitwise_xor.Tensor", "bitwise_xor_.Tensor", "bitwise_xor.Tensor_out"}, Kind::Binary, Pointwise::BitwiseXor, integral},
+    {{"bitwise_not", "bitwise_not_", "bitwise_not.out"}, Kind::Unary, Pointwise::BitwiseNot, integral},
     {{"isneginf", "isneginf.out"}, Kind::UnaryBool, Pointwise::IsNegInf},
     {{"isposinf", "isposinf.out"}, Kind::UnaryBool, Pointwise::IsPosInf},
     {{"where.self", "where.self_out"}, Kind::Where, Pointwise::Where},
@@ -115,7 +116,6 @@ const Row kTable[] = {
     {{"tanh_backward", "tanh_backward.grad_input"}, Kind::Binary, Pointwise::TanhBackward},
     {{"softplus", "softplus.out"}, Kind::Unary, Pointwise::Softplus},
     {{"softplus_backward", "softplus_backward.grad_input"}, Kind::Binary, Pointwise::SoftplusBackward},
-    {{"bitwise_not", "bitwise_not_", "bitwise_not.out"}, Kind::Unary, Pointwise::LogicalNot, all_bool},
     {{"log1p", "log1p_", "log1p.out"}, Kind::UnaryFloat, Pointwise::Log1p},
     {{"threshold", "threshold_", "threshold.out"}, Kind::Unary, Pointwise::Threshold},
     {{"hardshrink", "hardshrink.out"}, Kind::Unary, Pointwise::Hardshrink},

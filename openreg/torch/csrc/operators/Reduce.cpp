@@ -13,6 +13,13 @@
 #include <ATen/ops/amin_meta.h>
 #include <ATen/ops/any.h>
 #include <ATen/ops/any_meta.h>
+#include <ATen/ops/argmax.h>
+#include <ATen/ops/argmax_meta.h>
+#include <ATen/ops/argmin.h>
+#include <ATen/ops/argmin_meta.h>
+#include <ATen/ops/cumsum.h>
+#include <ATen/ops/cumsum_meta.h>
+#include <ATen/ops/empty_like.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/max.h>
 #include <ATen/ops/min.h>
@@ -52,15 +59,15 @@ at::TensorIterator reduction_iterator(const at::Tensor& self, const at::Tensor& 
 }
 // ANCHOR_END: reduction_iterator
 
-// Runs `op` in Rust if it handles the dtypes (float32, float16, bfloat16; bool for maxima and
-// minima); false otherwise.
+// Runs `op` in Rust if it handles the dtypes (float32, float16, bfloat16; integers and bool,
+// exactly, except for a mean); false otherwise.
 bool run_reduction(at::TensorIterator& iter, Reduction op, double count) {
   std::array<int8_t, 2> dtypes{static_cast<int8_t>(iter.dtype(0)),
                                static_cast<int8_t>(iter.dtype(1))};
-  const bool extremum = op == Reduction::Amax || op == Reduction::Amin;
-  for (auto d : dtypes) {
-    if (d != static_cast<int8_t>(at::kFloat) && d != static_cast<int8_t>(at::kHalf) &&
-        d != static_cast<int8_t>(at::kBFloat16) && !(extremum && d == static_cast<int8_t>(at::kBool))) {
+  for (int k = 0; k < 2; ++k) {
+    const auto type = iter.dtype(k);
+    if (type != at::kFloat && type != at::kHalf && type != at::kBFloat16 &&
+        !(op != Reduction::Mean && at::isIntegralType(type, /*includeBool=*/true))) {
       return false;
     }
   }
@@ -295,6 +302,86 @@ at::Tensor& amax_out(const at::Tensor& self, at::IntArrayRef dims, bool keepdim,
   return out;
 }
 
+// ANCHOR: rows
+// argmax/argmin and cumsum work along one dimension: it is moved last and the input made
+// contiguous (a copy unless it already is), so the kernel walks plain rows.
+at::Tensor as_rows(const at::Tensor& self, std::optional<int64_t> dim) {
+  const at::Tensor flat = self.dim() == 0 ? self.reshape({1}) : self;
+  return (dim ? flat.movedim(at::maybe_wrap_dim(*dim, self.dim()), -1) : flat.reshape({-1})).contiguous();
+}
+
+template <class Meta, Variant kind>
+at::Tensor arg_extremum(bool max, const at::Tensor& self, std::optional<int64_t> dim, bool keepdim,
+                        const at::Tensor& given = {}) {
+  Structured<Meta, kind> s(given);
+  s.meta(self, dim, keepdim);
+  const at::Tensor& result = s.maybe_get_output(0);
+  if (result.numel() > 0) {
+    const at::Tensor rows = as_rows(self, dim);
+    const int64_t len = rows.size(-1);
+    at::Tensor out = result.is_contiguous() ? result : at::empty(result.sizes(), result.options());
+    if (call([&] { return launch_arg_extremum(max, rows.numel() / len, len, dense(rows), dense(out), self.device().index()); })) {
+      if (!out.is_same(result)) {
+        result.copy_(out);
+      }
+    } else {
+      note_host_path(max ? "argmax" : "argmin", self.scalar_type());
+      at::Tensor host = host_alias(result);
+      max ? at::argmax_out(host, host_alias(self), dim, keepdim) : at::argmin_out(host, host_alias(self), dim, keepdim);
+    }
+  }
+  return s.result();
+}
+
+template <Variant kind>
+at::Tensor cumsum(const at::Tensor& self, int64_t dim, std::optional<at::ScalarType> dtype, const at::Tensor& given = {}) {
+  Structured<at::meta::structured_cumsum, kind> s(given);
+  s.meta(self, dim, dtype);
+  const at::Tensor& result = s.maybe_get_output(0);
+  if (result.numel() > 0) {
+    // CPU's cumsum first converts the input to the result's dtype.
+    const at::Tensor rows = as_rows(self.to(result.scalar_type()), dim);
+    const int64_t len = rows.size(-1);
+    const at::Tensor out = at::empty_like(rows);
+    if (call([&] { return launch_cumsum(rows.numel() / len, len, dense(rows), dense(out), self.device().index()); })) {
+      const int64_t d = self.dim() == 0 ? 0 : at::maybe_wrap_dim(dim, self.dim());
+      result.copy_(out.movedim(-1, d).reshape(result.sizes()));
+    } else {
+      note_host_path("cumsum", self.scalar_type());
+      at::Tensor host = host_alias(result);
+      at::cumsum_out(host, host_alias(self), dim, dtype);
+    }
+  }
+  return s.result();
+}
+// ANCHOR_END: rows
+
+at::Tensor argmax(const at::Tensor& self, std::optional<int64_t> dim, bool keepdim) {
+  return arg_extremum<at::meta::structured_argmax, Variant::Functional>(true, self, dim, keepdim);
+}
+at::Tensor& argmax_out(const at::Tensor& self, std::optional<int64_t> dim, bool keepdim, at::Tensor& out) {
+  arg_extremum<at::meta::structured_argmax, Variant::Out>(true, self, dim, keepdim, out);
+  return out;
+}
+at::Tensor argmin(const at::Tensor& self, std::optional<int64_t> dim, bool keepdim) {
+  return arg_extremum<at::meta::structured_argmin, Variant::Functional>(false, self, dim, keepdim);
+}
+at::Tensor& argmin_out(const at::Tensor& self, std::optional<int64_t> dim, bool keepdim, at::Tensor& out) {
+  arg_extremum<at::meta::structured_argmin, Variant::Out>(false, self, dim, keepdim, out);
+  return out;
+}
+at::Tensor cumsum_functional(const at::Tensor& self, int64_t dim, std::optional<at::ScalarType> dtype) {
+  return cumsum<Variant::Functional>(self, dim, dtype);
+}
+at::Tensor& cumsum_(at::Tensor& self, int64_t dim, std::optional<at::ScalarType> dtype) {
+  cumsum<Variant::InPlace>(self, dim, dtype, self);
+  return self;
+}
+at::Tensor& cumsum_out(const at::Tensor& self, int64_t dim, std::optional<at::ScalarType> dtype, at::Tensor& out) {
+  cumsum<Variant::Out>(self, dim, dtype, out);
+  return out;
+}
+
 } // namespace
 
 void register_reductions() {
@@ -323,6 +410,13 @@ void register_reductions() {
     library.impl("all.out", TORCH_FN(all_dim_out));
     library.impl("max", TORCH_FN(max_all));
     library.impl("min", TORCH_FN(min_all));
+    library.impl("argmax", TORCH_FN(argmax));
+    library.impl("argmax.out", TORCH_FN(argmax_out));
+    library.impl("argmin", TORCH_FN(argmin));
+    library.impl("argmin.out", TORCH_FN(argmin_out));
+    library.impl("cumsum", TORCH_FN(cumsum_functional));
+    library.impl("cumsum_", TORCH_FN(cumsum_));
+    library.impl("cumsum.out", TORCH_FN(cumsum_out));
     return true;
   }();
   (void)registered;

@@ -23,6 +23,7 @@ mod pool;
 mod pooling;
 mod random;
 mod reduce;
+mod rows;
 mod rnn;
 mod softmax;
 mod triangle;
@@ -104,13 +105,14 @@ fn unsupported(what: &str, code: i8) -> Failure {
 }
 
 /// True if [`launch_pointwise`] computes `op` with these operand dtypes (output first):
-/// float32, float16 and bfloat16 in any mix, and copies of any dtype to the same dtype.
+/// float32, float16 and bfloat16 in any mix (integer and bool inputs read as float32), and
+/// copies of any dtype to the same dtype.
 fn pointwise_supported(op: Pointwise, dtypes: &[i8]) -> bool {
     let Some(inputs) = elementwise::arity(op) else { return false };
     if dtypes.len() != inputs + 1 {
         return false;
     }
-    dtypes.iter().all(|&d| Dtype::elementwise(d).is_some())
+    (Dtype::elementwise(dtypes[0]).is_some() && dtypes[1..].iter().all(|&d| Dtype::elementwise_input(d).is_some()))
         || (op == Pointwise::Copy && dtypes[0] == dtypes[1] && dtype::item_size(dtypes[0]).is_some())
 }
 
@@ -161,7 +163,10 @@ pub(crate) fn launch_pointwise(
     for k in 1..data.len() {
         inputs.push(match data[k] {
             0 => Source::Constant(constants.get(k).copied().unwrap_or(0.0) as f32),
-            ptr => Source::Memory { base: view(ptr, layout.extent(k, dtype_of(k).size()), storage(k))?, dtype: dtype_of(k) },
+            ptr => {
+                let dtype = Dtype::elementwise_input(dtypes[k]).unwrap_or(Dtype::Float);
+                Source::Memory { base: view(ptr, layout.extent(k, dtype.size()), storage(k))?, dtype }
+            }
         });
     }
     let work = Elementwise { op, scalars: [scalar as f32, scalar2 as f32], out, inputs, layout };
@@ -267,6 +272,19 @@ pub(crate) fn launch_reduction(
     op: Reduction, count: f64, data: &[usize], storages: &[usize], dtypes: &[i8], shape: &[i64],
     strides: &[i64], device: i64,
 ) -> Result<()> {
+    let ints = (Int::from_code(dtypes[0]), Int::from_code(dtypes[1]));
+    if let (Some(to), Some(from)) = ints
+        && (to, from) != (Int::Bool, Int::Bool)
+        && matches!(op, Reduction::Sum | Reduction::Amax | Reduction::Amin)
+    {
+        let layout = Layout::new(shape, strides, 2);
+        let storage = |k: usize| storages.get(2 * k..2 * k + 2).unwrap_or(&[]);
+        let out = (view(data[0], layout.extent(0, to.size()), storage(0))?, to);
+        let input = (view(data[1], layout.extent(1, from.size()), storage(1))?, from);
+        let n = layout.numel();
+        let work = integer::Reduce { op, out, input, layout };
+        return launch(device, n, move || work.run());
+    }
     // Bool for maxima and minima only: any() and all() of a bool tensor.
     let dtype = |code| if matches!(op, Reduction::Amax | Reduction::Amin) { Dtype::elementwise(code) } else { Dtype::from_code(code) };
     let (Some(out), Some(input)) = (dtype(dtypes[0]), dtype(dtypes[1])) else {
@@ -547,6 +565,38 @@ pub(crate) fn launch_fill_int(out: Dense, value: i64, device: i64) -> Result<boo
     let (code, n) = (out.dtype, out.numel);
     // SAFETY: `data` is the checked view of `out`'s n elements.
     launch(device, n, move || unsafe { factory::fill_int(code, data, n, value) })?;
+    Ok(true)
+}
+
+/// The index of each row's largest (`max`) or smallest element (kernels/rows.rs).
+pub(crate) fn launch_arg_extremum(max: bool, rows: i64, len: i64, input: Dense, out: Dense, device: i64) -> Result<bool> {
+    let (Some(element), 4) = (rows::Element::from_code(input.dtype), out.dtype) else { return Ok(false) };
+    let [rows, len] = [rows, len].map(|v| v.max(0) as usize);
+    if rows == 0 || len == 0 || input.numel != rows * len || out.numel != rows {
+        return Ok(rows == 0);
+    }
+    let input_view = view(input.data, input.numel * element.size(), &[input.storage, input.storage_len])?;
+    let out_view = view(out.data, rows * 8, &[out.storage, out.storage_len])?;
+    // SAFETY: both views were checked for their elements.
+    launch(device, input.numel, move || unsafe { rows::arg_extremum(max, element, input_view, out_view, rows, len) })?;
+    Ok(true)
+}
+
+/// The running sum along each row, in the input's dtype (kernels/rows.rs).
+pub(crate) fn launch_cumsum(rows: i64, len: i64, input: Dense, out: Dense, device: i64) -> Result<bool> {
+    let Some(element) = rows::Element::from_code(input.dtype) else { return Ok(false) };
+    let [rows, len] = [rows, len].map(|v| v.max(0) as usize);
+    if input.dtype != out.dtype || input.numel != rows * len || out.numel != input.numel {
+        return Ok(false);
+    }
+    if input.numel == 0 {
+        return Ok(true);
+    }
+    let bytes = input.numel * element.size();
+    let input_view = view(input.data, bytes, &[input.storage, input.storage_len])?;
+    let out_view = view(out.data, bytes, &[out.storage, out.storage_len])?;
+    // SAFETY: both views were checked for their elements.
+    launch(device, input.numel, move || unsafe { rows::cumsum(element, input_view, out_view, rows, len) })?;
     Ok(true)
 }
 

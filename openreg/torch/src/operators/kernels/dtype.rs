@@ -4,6 +4,8 @@
 use half::slice::HalfFloatSliceExt;
 use half::{bf16, f16};
 
+use super::integer::Int;
+
 /// The `c10::ScalarType` codes the kernels compute in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Dtype {
@@ -13,6 +15,9 @@ pub(crate) enum Dtype {
     /// One byte, 0 or 1: read as 0.0 or 1.0, written as `value != 0` (NaN is true, as in
     /// PyTorch's casts). Only elementwise kernels take it ([`Dtype::elementwise`]).
     Bool,
+    /// An integer input of a floating-point operation (`x / n` with an int64 `n`), read as
+    /// float32 with C++'s rounding; never an output ([`Dtype::elementwise_input`]).
+    Integer(Int),
 }
 
 impl Dtype {
@@ -31,11 +36,17 @@ impl Dtype {
         if code == 11 { Some(Dtype::Bool) } else { Dtype::from_code(code) }
     }
 
+    /// [`Dtype::elementwise`], and integers: the dtypes elementwise kernels read.
+    pub(crate) fn elementwise_input(code: i8) -> Option<Dtype> {
+        Dtype::elementwise(code).or_else(|| Int::from_code(code).map(Dtype::Integer))
+    }
+
     pub(crate) fn size(self) -> usize {
         match self {
             Dtype::Float => 4,
             Dtype::Half | Dtype::BFloat16 => 2,
             Dtype::Bool => 1,
+            Dtype::Integer(t) => t.size(),
         }
     }
 }
@@ -75,6 +86,7 @@ pub(crate) unsafe fn load(dtype: Dtype, src: *const u8, stride: isize, out: &mut
             Dtype::Half => gather(src, stride, out, |p| p.cast::<f16>().read_unaligned().to_f32()),
             Dtype::BFloat16 => gather(src, stride, out, |p| p.cast::<bf16>().read_unaligned().to_f32()),
             Dtype::Bool => gather(src, stride, out, |p| f32::from(u8::from(p.read() != 0))),
+            Dtype::Integer(t) => gather(src, stride, out, |p| t.read(p) as f32),
         }
     }
 }
@@ -99,6 +111,8 @@ pub(crate) unsafe fn store(dtype: Dtype, dst: *mut u8, stride: isize, values: &[
                 scatter(dst, stride, values, |p, v| p.cast::<bf16>().write_unaligned(bf16::from_f32(v)))
             }
             Dtype::Bool => scatter(dst, stride, values, |p, v| p.write(u8::from(v != 0.0))),
+            // Not an output dtype of any launch; written as Rust converts (saturating).
+            Dtype::Integer(t) => scatter(dst, stride, values, |p, v| t.write(p, v as i64)),
         }
     }
 }

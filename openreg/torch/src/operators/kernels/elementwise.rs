@@ -96,7 +96,8 @@ pub(crate) fn arity(op: Pointwise) -> Option<usize> {
         | Pointwise::Softshrink
         | Pointwise::Mish
         | Pointwise::Clamp
-        | Pointwise::Elu => 1,
+        | Pointwise::Elu
+        | Pointwise::BitwiseNot => 1,
         Pointwise::Add
         | Pointwise::Mul
         | Pointwise::Div
@@ -124,7 +125,10 @@ pub(crate) fn arity(op: Pointwise) -> Option<usize> {
         | Pointwise::SoftplusBackward
         | Pointwise::ShrinkBackward
         | Pointwise::Xlogy
-        | Pointwise::EluBackward => 2,
+        | Pointwise::EluBackward
+        | Pointwise::BitwiseAnd
+        | Pointwise::BitwiseOr
+        | Pointwise::BitwiseXor => 2,
         Pointwise::Addcmul | Pointwise::Addcdiv | Pointwise::Where => 3,
         _ => return None,
     })
@@ -399,6 +403,11 @@ unsafe fn compute_any(op: Pointwise, [x, y]: [f32; 2], [a, b, c]: [*const f32; 3
             Pointwise::Elu => map1(n, a, o, |a| if a > 0.0 { y * a } else { y * x * a.exp_m1() }),
             // (grad, self): the gradient of elu at self.
             Pointwise::EluBackward => map2(n, a, b, o, |grad, s| if s > 0.0 { grad * y } else { grad * y * x * s.exp() }),
+            // Bitwise operators on bools (integers: kernels/integer.rs).
+            Pointwise::BitwiseNot => map1(n, a, o, |a| f32::from(u8::from(a == 0.0))),
+            Pointwise::BitwiseAnd => map2(n, a, b, o, |a, b| f32::from(u8::from(a != 0.0 && b != 0.0))),
+            Pointwise::BitwiseOr => map2(n, a, b, o, |a, b| f32::from(u8::from(a != 0.0 || b != 0.0))),
+            Pointwise::BitwiseXor => map2(n, a, b, o, |a, b| f32::from(u8::from((a != 0.0) != (b != 0.0)))),
             // ANCHOR_END: table_formulas
             _ => {} // arity() admits only the operations above
         }

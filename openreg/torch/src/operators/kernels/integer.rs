@@ -4,8 +4,8 @@
 //! run along the fastest dimension is read into i64 blocks, computed, and written back.
 
 use super::elementwise::{BLOCK, parallel};
-use super::walk::Layout;
-use crate::ffi::ffi::Pointwise;
+use super::walk::{Layout, Offsets};
+use crate::ffi::ffi::{Pointwise, Reduction};
 
 /// An integer element type (bool included), by its `c10::ScalarType` code.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -53,44 +53,87 @@ impl Int {
         }
     }
 
+    /// The smallest and largest values of the type.
+    fn bounds(self) -> (i64, i64) {
+        match self {
+            Int::U8 => (0, 255),
+            Int::Bool => (0, 1),
+            Int::I8 => (i8::MIN.into(), i8::MAX.into()),
+            Int::I16 => (i16::MIN.into(), i16::MAX.into()),
+            Int::I32 => (i32::MIN.into(), i32::MAX.into()),
+            Int::I64 => (i64::MIN, i64::MAX),
+        }
+    }
+
+    /// One element at `p`.
+    ///
+    /// # Safety
+    /// `p` points to an element of this type the caller may read.
+    #[inline(always)]
+    pub(crate) unsafe fn read(self, p: *const u8) -> i64 {
+        unsafe {
+            match self {
+                Int::U8 => i64::from(p.read()),
+                Int::Bool => i64::from(p.read() != 0),
+                Int::I8 => i64::from(p.cast::<i8>().read()),
+                Int::I16 => i64::from(p.cast::<i16>().read_unaligned()),
+                Int::I32 => i64::from(p.cast::<i32>().read_unaligned()),
+                Int::I64 => p.cast::<i64>().read_unaligned(),
+            }
+        }
+    }
+
+    /// Writes `v` at `p`, truncated to the width as C++'s conversions do (bool: nonzero is true).
+    ///
+    /// # Safety
+    /// `p` points to an element of this type the caller may write.
+    #[inline(always)]
+    pub(crate) unsafe fn write(self, p: *mut u8, v: i64) {
+        unsafe {
+            match self {
+                Int::U8 | Int::I8 => p.write(v as u8),
+                Int::Bool => p.write(u8::from(v != 0)),
+                Int::I16 => p.cast::<i16>().write_unaligned(v as i16),
+                Int::I32 => p.cast::<i32>().write_unaligned(v as i32),
+                Int::I64 => p.cast::<i64>().write_unaligned(v),
+            }
+        }
+    }
+
     /// Reads `out.len()` elements `stride` bytes apart.
     ///
     /// # Safety
     /// Every element read lies in memory the caller may read.
     unsafe fn load(self, src: *const u8, stride: isize, out: &mut [i64]) {
-        let at = |i: usize| src.wrapping_offset(i as isize * stride);
-        unsafe {
-            match self {
-                Int::U8 => out.iter_mut().enumerate().for_each(|(i, v)| *v = i64::from(at(i).read())),
-                Int::Bool => out.iter_mut().enumerate().for_each(|(i, v)| *v = i64::from(at(i).read() != 0)),
-                Int::I8 => out.iter_mut().enumerate().for_each(|(i, v)| *v = i64::from(at(i).cast::<i8>().read())),
-                Int::I16 => {
-                    out.iter_mut().enumerate().for_each(|(i, v)| *v = i64::from(at(i).cast::<i16>().read_unaligned()))
-                }
-                Int::I32 => {
-                    out.iter_mut().enumerate().for_each(|(i, v)| *v = i64::from(at(i).cast::<i32>().read_unaligned()))
-                }
-                Int::I64 => out.iter_mut().enumerate().for_each(|(i, v)| *v = at(i).cast::<i64>().read_unaligned()),
-            }
+        for (i, v) in out.iter_mut().enumerate() {
+            *v = unsafe { self.read(src.wrapping_offset(i as isize * stride)) };
         }
     }
 
-    /// Writes values `stride` bytes apart, truncated to the width as C++'s conversions do
-    /// (bool: nonzero is true).
+    /// Writes values `stride` bytes apart.
     ///
     /// # Safety
     /// Every element written lies in memory the caller may write.
     unsafe fn store(self, dst: *mut u8, stride: isize, values: &[i64]) {
-        let at = |i: usize| dst.wrapping_offset(i as isize * stride);
-        unsafe {
-            match self {
-                Int::U8 | Int::I8 => values.iter().enumerate().for_each(|(i, &v)| at(i).write(v as u8)),
-                Int::Bool => values.iter().enumerate().for_each(|(i, &v)| at(i).write(u8::from(v != 0))),
-                Int::I16 => values.iter().enumerate().for_each(|(i, &v)| at(i).cast::<i16>().write_unaligned(v as i16)),
-                Int::I32 => values.iter().enumerate().for_each(|(i, &v)| at(i).cast::<i32>().write_unaligned(v as i32)),
-                Int::I64 => values.iter().enumerate().for_each(|(i, &v)| at(i).cast::<i64>().write_unaligned(v)),
-            }
+        for (i, &v) in values.iter().enumerate() {
+            unsafe { self.write(dst.wrapping_offset(i as isize * stride), v) };
         }
+    }
+
+    /// [`Int::load`] of contiguous elements.
+    ///
+    /// # Safety
+    /// As for [`Int::load`].
+    pub(crate) unsafe fn load_row(self, src: *const u8, out: &mut [i64]) {
+        unsafe { self.load(src, self.size() as isize, out) }
+    }
+
+    /// [`Int::store`] of contiguous elements.
+    ///
+    /// # Safety
+    /// As for [`Int::store`].
+    pub(crate) unsafe fn store_row(self, dst: *mut u8, values: &[i64]) {
+        unsafe { self.store(dst, self.size() as isize, values) }
     }
 }
 
@@ -121,6 +164,10 @@ fn computes(op: Pointwise) -> bool {
             | Pointwise::LogicalOr
             | Pointwise::Where
             | Pointwise::MaskedFill
+            | Pointwise::BitwiseAnd
+            | Pointwise::BitwiseOr
+            | Pointwise::BitwiseXor
+            | Pointwise::BitwiseNot
     )
 }
 
@@ -208,6 +255,7 @@ fn compute(op: Pointwise, [x, y]: [i64; 2], [a, b, c]: [&[i64]; 3], o: &mut [i64
         Pointwise::ClampMax => map1(o, |a, x| a.min(x)),
         Pointwise::Clamp => o.iter_mut().zip(a).for_each(|(o, &a)| *o = a.max(x).min(y)),
         Pointwise::LogicalNot => map1(o, |a, _| i64::from(a == 0)),
+        Pointwise::BitwiseNot => map1(o, |a, _| !a),
         Pointwise::Add => map2(o, |a, b, x| a.wrapping_add(x.wrapping_mul(b))),
         Pointwise::Mul => map2(o, |a, b, _| a.wrapping_mul(b)),
         Pointwise::Maximum => map2(o, |a, b, _| a.max(b)),
@@ -220,6 +268,10 @@ fn compute(op: Pointwise, [x, y]: [i64; 2], [a, b, c]: [&[i64]; 3], o: &mut [i64
         Pointwise::Ge => map2(o, |a, b, _| i64::from(a >= b)),
         Pointwise::LogicalAnd => map2(o, |a, b, _| i64::from(a != 0 && b != 0)),
         Pointwise::LogicalOr => map2(o, |a, b, _| i64::from(a != 0 || b != 0)),
+        // Bitwise on the two's complement bits; bool operands hold 0 or 1, so `!` is `^ 1`.
+        Pointwise::BitwiseAnd => map2(o, |a, b, _| a & b),
+        Pointwise::BitwiseOr => map2(o, |a, b, _| a | b),
+        Pointwise::BitwiseXor => map2(o, |a, b, _| a ^ b),
         // (mask, self): the value where the mask is set.
         Pointwise::MaskedFill => map2(o, |mask, s, x| if mask != 0 { x } else { s }),
         Pointwise::Where => {
@@ -231,3 +283,38 @@ fn compute(op: Pointwise, [x, y]: [i64; 2], [a, b, c]: [&[i64]; 3], o: &mut [i64
     }
 }
 // ANCHOR_END: formulas
+
+/// An integer reduction (sum, max or min; bool read as 0 or 1) over a reduction layout: the
+/// output has stride 0 along the reduced dimensions. Serial, over the whole layout: integer
+/// reductions here are masks and counters of a few elements.
+#[derive(Clone)]
+pub(crate) struct Reduce {
+    pub op: Reduction,
+    pub out: (usize, Int),
+    pub input: (usize, Int),
+    pub layout: Layout,
+}
+
+impl Reduce {
+    pub(crate) fn run(&self) {
+        let l = &self.layout;
+        let ((out, to), (input, from)) = (self.out, self.input);
+        let (identity, combine): (i64, fn(i64, i64) -> i64) = match self.op {
+            Reduction::Amax => (to.bounds().0, i64::max),
+            Reduction::Amin => (to.bounds().1, i64::min),
+            _ => (0, i64::wrapping_add),
+        };
+        let at = |base: usize, offsets: &Offsets, k: usize, i: usize| (base as isize + offsets[k] + i as isize * l.strides[0][k]) as *mut u8;
+        // SAFETY: the launch checked both operands' extents; the first pass sets every output
+        // element, the second folds every input element into its output element.
+        l.walk(0, l.numel(), |o, len| (0..len).for_each(|i| unsafe { to.write(at(out, o, 0, i), identity) }));
+        l.walk(0, l.numel(), |o, len| {
+            for i in 0..len {
+                unsafe {
+                    let p = at(out, o, 0, i);
+                    to.write(p, combine(to.read(p), from.read(at(input, o, 1, i))));
+                }
+            }
+        });
+    }
+}

@@ -146,7 +146,9 @@ impl Matmul {
                         }
                         Dtype::Half => self.product_widened::<f16>(i, first, n),
                         Dtype::BFloat16 => self.product_widened::<bf16>(i, first, n),
-                        Dtype::Bool => unreachable!("launch_matmul takes Dtype::from_code, which has no bool"),
+                        Dtype::Bool | Dtype::Integer(_) => {
+                            unreachable!("launch_matmul takes Dtype::from_code: floating point only")
+                        }
                     }
                 }
             });
