@@ -49,6 +49,16 @@ def test_arange_errors_match_cpu(device):
     errors_match(lambda d: torch.arange(0, 5, 0, device=d), device)
     errors_match(lambda d: torch.arange(5, 0, 1, device=d), device)
     errors_match(lambda d: torch.arange(0, float("inf"), device=d), device)
+    errors_match(lambda d: torch.arange(0, 1e20, 1e-20, device=d), device)  # too many elements
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_arange_warns_as_cpu_when_it_resizes_a_wrong_sized_out(device):
+    for d in ["cpu", device]:
+        out = torch.empty(3, device=d)
+        with pytest.warns(UserWarning, match="The number of elements in the out tensor of shape \\[3\\] is 3 which does not match the computed number of elements 5"):
+            torch.arange(5, out=out)
+        assert out.shape == (5,)
 
 
 @pytest.mark.parametrize("device", DEVICES)

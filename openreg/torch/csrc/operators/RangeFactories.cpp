@@ -1,9 +1,13 @@
-// arange into an out= tensor (the functional forms create one and call this). CPU's own
-// implementation runs first on a meta tensor of the same dtype: the checks, the messages and
-// the size are CPU's. The Rust kernel then writes start + i * step into the device tensor.
+// arange into an out= tensor (the functional forms create one and call this). The size and
+// its checks are CPU's own (`compute_arange_size`, ATen/native/RangeUtils.h, per dtype, as
+// CPU's arange_out calls it); the Rust kernel then writes start + i * step into the device
+// tensor. Language models call arange for positions once per step or generated token, so the
+// size is computed here, not by running arange on a meta tensor (a Python decomposition).
 
 #include "operators/Structured.h"
 
+#include <ATen/Dispatch.h>
+#include <ATen/native/RangeUtils.h>
 #include <ATen/ops/arange.h>
 #include <ATen/ops/empty.h>
 #include <torch/library.h>
@@ -13,10 +17,18 @@ namespace {
 
 at::Tensor& arange_out(const at::Scalar& start, const at::Scalar& end, const at::Scalar& step,
                        at::Tensor& out) {
-  at::Tensor meta = at::empty({0}, out.options().device(at::kMeta));
-  at::arange_out(meta, start, end, step);
-  if (out.sizes() != meta.sizes()) {
-    out.resize_(meta.sizes());
+  int64_t size = 0;
+  AT_DISPATCH_ALL_TYPES_AND2(at::kHalf, at::kBFloat16, out.scalar_type(), "arange_openreg", [&] {
+    size = at::native::compute_arange_size<scalar_t>(start, end, step);
+  });
+  if (out.numel() != size) {
+    if (out.numel() > 0) {
+      TORCH_WARN("The number of elements in the out tensor of shape ", out.sizes(), " is ", out.numel(),
+                 " which does not match the computed number of elements ", size,
+                 ". Note that this may occur as a result of rounding error. "
+                 "The out tensor will be resized to a tensor of shape (", size, ",).");
+    }
+    out.resize_({size});
   }
   if (out.numel() == 0) {
     return out;
