@@ -34,6 +34,7 @@ fn main() {
         "csrc/operators/RangeFactories.cpp",
         "csrc/operators/Gather.cpp",
         "csrc/operators/TensorCompare.cpp",
+        "csrc/operators/Activation.cpp",
         "csrc/operators/Linalg.cpp",
         "csrc/operators/IndexPut.cpp",
         "csrc/operators/Reduce.cpp",

@@ -82,6 +82,7 @@ void register_triangular_ops();
 void register_range_factories();
 void register_gather();
 void register_tensor_compare();
+void register_activations();
 void register_autocast();
 void register_attention();
 void register_quantized_ops();

@@ -49,6 +49,7 @@ void register_backend() {
     register_range_factories();
     register_gather();
     register_tensor_compare();
+    register_activations();
     register_codegen_ops();
   }
   // No CPU kernel exists for these, so the fallback could not run them.

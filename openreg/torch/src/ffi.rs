@@ -221,6 +221,9 @@ pub(crate) mod ffi {
         BitwiseOr,
         BitwiseXor,
         BitwiseNot,
+        LogSigmoid,
+        /// (grad, self).
+        LogSigmoidBackward,
     }
 
     /// A reduction of the Rust kernels (`kernels/reduce.rs`).

@@ -1,12 +1,16 @@
-// mse_loss and its backward. CPU's kernels are an elementwise stub plus a reduction; here the
-// same steps are the device's own operators (sub, mul, mean or sum), each a Rust kernel, so
-// the loss never reaches the CPU fallback.
+// mse_loss, smooth_l1_loss and huber_loss with their backwards. CPU's kernels are an
+// elementwise stub plus a reduction; here the same steps are the device's own operators (sub,
+// abs, where, mean or sum), each a Rust kernel, in CPU's formulas, so the losses never reach
+// the CPU fallback.
 
 #include "operators/Structured.h"
 
+#include <ATen/TensorOperators.h>
 #include <ATen/core/Reduction.h>
 #include <ATen/native/Resize.h>
+#include <ATen/ops/abs.h>
 #include <ATen/ops/mean.h>
+#include <ATen/ops/where.h>
 #include <ATen/ops/mul.h>
 #include <ATen/ops/sub.h>
 #include <ATen/ops/sum.h>
@@ -54,6 +58,84 @@ at::Tensor& mse_loss_backward_out(const at::Tensor& grad, const at::Tensor& self
   return out.copy_(result);
 }
 
+at::Tensor reduce(const at::Tensor& loss, int64_t reduction) {
+  switch (reduction) {
+    case at::Reduction::Mean: return at::mean(loss);
+    case at::Reduction::Sum: return at::sum(loss);
+    default: return loss;
+  }
+}
+
+// `beta` (smooth L1) or `delta` (Huber): below it the loss is quadratic, above it linear.
+at::Tensor elementwise_loss(bool huber, const at::Tensor& self, const at::Tensor& target, double bound) {
+  const at::Tensor z = at::abs(at::sub(self, target));
+  if (huber) {
+    return at::where(z < bound, z * z * 0.5, (z - 0.5 * bound) * bound);
+  }
+  if (bound == 0.0) {
+    return z;  // CPU's smooth L1 with beta 0 is the L1 loss
+  }
+  return at::where(z < bound, z * z * 0.5 / bound, z - 0.5 * bound);
+}
+
+at::Tensor smooth_l1(const at::Tensor& self, const at::Tensor& target, int64_t reduction, double beta) {
+  check_devices("smooth_l1_loss", {{"self", &self}, {"target", &target}});
+  TORCH_CHECK(beta >= 0, "smooth_l1_loss does not support negative values for beta.");
+  return reduce(elementwise_loss(false, self, target, beta), reduction);
+}
+
+at::Tensor huber(const at::Tensor& self, const at::Tensor& target, int64_t reduction, double delta) {
+  check_devices("huber_loss", {{"self", &self}, {"target", &target}});
+  TORCH_CHECK(delta > 0, "huber_loss does not support non-positive values for delta.");
+  return reduce(elementwise_loss(true, self, target, delta), reduction);
+}
+
+// The gradient: -1 below -bound, 1 above bound, linear between (scaled by 1/beta for smooth
+// L1; Huber's linear parts have slope delta), times grad and 1/count for a mean.
+at::Tensor linear_quadratic_backward(bool huber, const at::Tensor& grad, const at::Tensor& self,
+                                     const at::Tensor& target, int64_t reduction, double bound) {
+  const double norm = reduction == at::Reduction::Mean ? 1.0 / static_cast<double>(self.numel()) : 1.0;
+  const at::Tensor x = at::sub(self, target);
+  const at::Tensor g = grad * norm;
+  const double slope = huber ? bound : 1.0;
+  const at::Tensor middle = huber ? x * g : x * g / bound;
+  return at::where(x <= -bound, g * -slope, at::where(x >= bound, g * slope, middle));
+}
+
+at::Tensor smooth_l1_backward(const at::Tensor& grad, const at::Tensor& self, const at::Tensor& target,
+                              int64_t reduction, double beta) {
+  check_devices("smooth_l1_loss_backward", {{"grad_output", &grad}, {"self", &self}, {"target", &target}});
+  return linear_quadratic_backward(false, grad, self, target, reduction, beta);
+}
+
+at::Tensor huber_backward(const at::Tensor& grad, const at::Tensor& self, const at::Tensor& target,
+                          int64_t reduction, double delta) {
+  check_devices("huber_loss_backward", {{"grad_output", &grad}, {"self", &self}, {"target", &target}});
+  return linear_quadratic_backward(true, grad, self, target, reduction, delta);
+}
+
+at::Tensor& into(at::Tensor& out, const at::Tensor& result) {
+  at::native::resize_output(out, result.sizes());
+  return out.copy_(result);
+}
+
+at::Tensor& smooth_l1_out(const at::Tensor& self, const at::Tensor& target, int64_t reduction, double beta,
+                          at::Tensor& out) {
+  return into(out, smooth_l1(self, target, reduction, beta));
+}
+at::Tensor& huber_out(const at::Tensor& self, const at::Tensor& target, int64_t reduction, double delta,
+                      at::Tensor& out) {
+  return into(out, huber(self, target, reduction, delta));
+}
+at::Tensor& smooth_l1_backward_out(const at::Tensor& grad, const at::Tensor& self, const at::Tensor& target,
+                                   int64_t reduction, double beta, at::Tensor& out) {
+  return into(out, smooth_l1_backward(grad, self, target, reduction, beta));
+}
+at::Tensor& huber_backward_out(const at::Tensor& grad, const at::Tensor& self, const at::Tensor& target,
+                               int64_t reduction, double delta, at::Tensor& out) {
+  return into(out, huber_backward(grad, self, target, reduction, delta));
+}
+
 } // namespace
 
 void register_losses() {
@@ -64,6 +146,14 @@ void register_losses() {
     library.impl("mse_loss.out", TORCH_FN(mse_loss_out));
     library.impl("mse_loss_backward", TORCH_FN(mse_backward));
     library.impl("mse_loss_backward.grad_input", TORCH_FN(mse_loss_backward_out));
+    library.impl("smooth_l1_loss", TORCH_FN(smooth_l1));
+    library.impl("smooth_l1_loss.out", TORCH_FN(smooth_l1_out));
+    library.impl("smooth_l1_loss_backward", TORCH_FN(smooth_l1_backward));
+    library.impl("smooth_l1_loss_backward.grad_input", TORCH_FN(smooth_l1_backward_out));
+    library.impl("huber_loss", TORCH_FN(huber));
+    library.impl("huber_loss.out", TORCH_FN(huber_out));
+    library.impl("huber_loss_backward", TORCH_FN(huber_backward));
+    library.impl("huber_loss_backward.out", TORCH_FN(huber_backward_out));
     return true;
   }();
   (void)registered;

@@ -1,4 +1,5 @@
-// The negative log-likelihood loss (the second half of cross_entropy), with the Rust kernel in
+// The negative log-likelihood loss (the second half of cross_entropy), 1-D and spatial (2-D),
+// with the Rust kernel in
 // src/operators/kernels/nll_loss.rs. The structured metas check shapes and give the outputs; the kernel
 // checks the class indices, which needs their values (see `nll_targets` there).
 
@@ -9,6 +10,7 @@
 #include <ATen/ops/nll_loss_backward_meta.h>
 #include <ATen/ops/nll_loss_forward.h>
 #include <ATen/ops/nll_loss_forward_meta.h>
+#include <ATen/native/Resize.h>
 #include <torch/library.h>
 
 #include <tuple>
@@ -126,6 +128,66 @@ at::Tensor& nll_loss_backward_grad_input(const at::Tensor& grad_output, const at
   return grad_input;
 }
 
+// ANCHOR: nll_loss2d
+// nll_loss2d: each spatial position is a row of the 1-D loss ([N, C, H, W] becomes
+// [N*H*W, C]), so the kernels above serve it. CPU's checks (LossNLL2d.cpp) come first.
+void check_2d(const at::Tensor& self, const at::Tensor& target, const std::optional<at::Tensor>& weight) {
+  TORCH_CHECK(target.dim() == 3, "only batches of spatial targets supported (3D tensors) but got targets of dimension: ",
+              target.dim());
+  TORCH_CHECK(self.dim() == 4, "only batches of spatial inputs supported (4D tensors), but got input of dimension: ",
+              self.dim());
+  TORCH_CHECK(!weight || !weight->defined() || weight->numel() == self.size(1),
+              "weight tensor should be defined either for all or no classes");
+  TORCH_CHECK(self.size(0) == target.size(0) && self.size(2) == target.size(1) && self.size(3) == target.size(2),
+              "size mismatch (got input: ", self.sizes(), " , target: ", target.sizes());
+}
+
+at::Tensor rows_of(const at::Tensor& self) {
+  return self.movedim(1, -1).reshape({-1, self.size(1)});
+}
+
+std::tuple<at::Tensor, at::Tensor> nll_loss2d_forward_functional(
+    const at::Tensor& self, const at::Tensor& target, const std::optional<at::Tensor>& weight,
+    int64_t reduction, c10::SymInt ignore_index) {
+  check_2d(self, target, weight);
+  auto [out, total] = forward<Variant::Functional>(rows_of(self), target.reshape({-1}), weight, reduction, ignore_index);
+  return {reduction == at::Reduction::None ? out.reshape(target.sizes()) : out, total};
+}
+
+at::Tensor nll_loss2d_backward_functional(const at::Tensor& grad_output, const at::Tensor& self,
+                                          const at::Tensor& target, const std::optional<at::Tensor>& weight,
+                                          int64_t reduction, c10::SymInt ignore_index,
+                                          const at::Tensor& total_weight) {
+  check_2d(self, target, weight);
+  const at::Tensor grad = reduction == at::Reduction::None ? grad_output.reshape({-1}) : grad_output;
+  const at::Tensor rows = backward<Variant::Functional>(grad, rows_of(self), target.reshape({-1}), weight,
+                                                        reduction, ignore_index, total_weight);
+  // [N*H*W, C] back to [N, C, H, W], contiguous as CPU's.
+  return rows.reshape({self.size(0), self.size(2), self.size(3), self.size(1)}).movedim(-1, 1).contiguous();
+}
+// ANCHOR_END: nll_loss2d
+
+std::tuple<at::Tensor&, at::Tensor&> nll_loss2d_forward_output(
+    const at::Tensor& self, const at::Tensor& target, const std::optional<at::Tensor>& weight,
+    int64_t reduction, c10::SymInt ignore_index, at::Tensor& output, at::Tensor& total_weight) {
+  auto [out, total] = nll_loss2d_forward_functional(self, target, weight, reduction, std::move(ignore_index));
+  at::native::resize_output(output, out.sizes());
+  at::native::resize_output(total_weight, total.sizes());
+  output.copy_(out);
+  total_weight.copy_(total);
+  return {output, total_weight};
+}
+
+at::Tensor& nll_loss2d_backward_grad_input(const at::Tensor& grad_output, const at::Tensor& self,
+                                           const at::Tensor& target, const std::optional<at::Tensor>& weight,
+                                           int64_t reduction, c10::SymInt ignore_index,
+                                           const at::Tensor& total_weight, at::Tensor& grad_input) {
+  const at::Tensor result = nll_loss2d_backward_functional(grad_output, self, target, weight, reduction,
+                                                           std::move(ignore_index), total_weight);
+  at::native::resize_output(grad_input, result.sizes());
+  return grad_input.copy_(result);
+}
+
 } // namespace
 
 void register_nll_loss() {
@@ -136,6 +198,10 @@ void register_nll_loss() {
     library.impl("nll_loss_forward.output", TORCH_FN(nll_loss_forward_output));
     library.impl("nll_loss_backward", TORCH_FN(nll_loss_backward_functional));
     library.impl("nll_loss_backward.grad_input", TORCH_FN(nll_loss_backward_grad_input));
+    library.impl("nll_loss2d_forward", TORCH_FN(nll_loss2d_forward_functional));
+    library.impl("nll_loss2d_forward.output", TORCH_FN(nll_loss2d_forward_output));
+    library.impl("nll_loss2d_backward", TORCH_FN(nll_loss2d_backward_functional));
+    library.impl("nll_loss2d_backward.grad_input", TORCH_FN(nll_loss2d_backward_grad_input));
     return true;
   }();
   (void)registered;

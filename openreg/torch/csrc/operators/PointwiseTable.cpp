@@ -127,6 +127,8 @@ const Row kTable[] = {
     {{"xlogy.Tensor", "xlogy_.Tensor", "xlogy.OutTensor"}, Kind::BinaryFloat, Pointwise::Xlogy},
     {{"elu", "elu_", "elu.out"}, Kind::Unary, Pointwise::Elu, unit_input_scale},
     {{"elu_backward", "elu_backward.grad_input"}, Kind::Binary, Pointwise::EluBackward, elu_backward_of_input},
+    // (grad_output, self, buffer): the gradient is recomputed from self; the buffer is unused.
+    {{"log_sigmoid_backward", "log_sigmoid_backward.grad_input"}, Kind::Binary, Pointwise::LogSigmoidBackward},
 };
 // ANCHOR_END: table
 

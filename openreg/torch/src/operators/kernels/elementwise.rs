@@ -97,7 +97,8 @@ pub(crate) fn arity(op: Pointwise) -> Option<usize> {
         | Pointwise::Mish
         | Pointwise::Clamp
         | Pointwise::Elu
-        | Pointwise::BitwiseNot => 1,
+        | Pointwise::BitwiseNot
+        | Pointwise::LogSigmoid => 1,
         Pointwise::Add
         | Pointwise::Mul
         | Pointwise::Div
@@ -128,7 +129,8 @@ pub(crate) fn arity(op: Pointwise) -> Option<usize> {
         | Pointwise::EluBackward
         | Pointwise::BitwiseAnd
         | Pointwise::BitwiseOr
-        | Pointwise::BitwiseXor => 2,
+        | Pointwise::BitwiseXor
+        | Pointwise::LogSigmoidBackward => 2,
         Pointwise::Addcmul | Pointwise::Addcdiv | Pointwise::Where => 3,
         _ => return None,
     })
@@ -403,6 +405,13 @@ unsafe fn compute_any(op: Pointwise, [x, y]: [f32; 2], [a, b, c]: [*const f32; 3
             Pointwise::Elu => map1(n, a, o, |a| if a > 0.0 { y * a } else { y * x * a.exp_m1() }),
             // (grad, self): the gradient of elu at self.
             Pointwise::EluBackward => map2(n, a, b, o, |grad, s| if s > 0.0 { grad * y } else { grad * y * x * s.exp() }),
+            // CPU's forms: min(x, 0) - log1p(exp(-|x|)), and its gradient from z = exp(-|x|).
+            Pointwise::LogSigmoid => map1(n, a, o, |a| a.min(0.0) - (-a.abs()).exp().ln_1p()),
+            Pointwise::LogSigmoidBackward => map2(n, a, b, o, |grad, s| {
+                let z = (-s.abs()).exp();
+                let (max_deriv, sign) = if s < 0.0 { (1.0, 1.0) } else { (0.0, -1.0) };
+                grad * (max_deriv - sign * (z / (1.0 + z)))
+            }),
             // Bitwise operators on bools (integers: kernels/integer.rs).
             Pointwise::BitwiseNot => map1(n, a, o, |a| f32::from(u8::from(a == 0.0))),
             Pointwise::BitwiseAnd => map2(n, a, b, o, |a, b| f32::from(u8::from(a != 0.0 && b != 0.0))),
