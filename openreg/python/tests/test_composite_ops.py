@@ -125,3 +125,57 @@ def test_bad_input_gives_cpu_errors(device):
     errors_match(lambda d: torch.ops.aten.nll_loss2d_forward(torch.ones(2, 3, 4, device=d),
                                                             torch.zeros(2, 4, 4, dtype=torch.long, device=d), None, 1, -100), device)
     errors_match(lambda d: F.cross_entropy(torch.ones(2, 3, 4, 4, device=d), torch.full((2, 4, 4), 7, device=d)), device)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_baddbmm_and_dot_match_cpu(dtype, device):
+    s_cpu, s = pair((1, 3, 5), dtype, device, seed=7)
+    a_cpu, a = pair((4, 3, 6), dtype, device, seed=8)
+    b_cpu, b = pair((4, 5, 6), dtype, device, seed=9, layout="transposed")  # (4, 6, 5), strided
+    compare(lambda s, a, b: torch.baddbmm(s, a, b, beta=0.5, alpha=2.0), [s_cpu, a_cpu, b_cpu], [s, a, b], dtype)
+    with torch.no_grad():
+        nan = torch.full((4, 3, 5), float("nan"), dtype=dtype)
+        got = torch.baddbmm(nan.to(device), a, b, beta=0.0)  # beta 0: self (its NaNs too) ignored
+        torch.testing.assert_close(got.cpu(), torch.baddbmm(nan, a_cpu, b_cpu, beta=0.0), rtol=2e-2, atol=2e-2)
+        out = torch.empty(0, dtype=dtype, device=device)
+        assert torch.baddbmm(s, a, b, out=out) is out
+        inplace = torch.zeros(4, 3, 5, dtype=dtype, device=device).baddbmm_(a, b)
+        torch.testing.assert_close(inplace.cpu(), torch.baddbmm(torch.zeros(4, 3, 5, dtype=dtype), a_cpu, b_cpu),
+                                   rtol=2e-2, atol=2e-2)
+        assert torch.baddbmm(s, a[:0], b[:0]).shape == (0, 3, 5)
+    x_cpu, x = pair((2, 9), dtype, device, seed=10)
+    compare(lambda x: torch.dot(x[0], x[1, ::1]), [x_cpu], [x], dtype)
+    compare(lambda x: torch.dot(x[:, 1], x[:, 2]), [x_cpu], [x], dtype)  # strided
+    assert torch.dot(x[0, :0], x[1, :0]).item() == 0
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("reduction", ["none", "mean", "sum"])
+def test_binary_cross_entropy_matches_cpu(reduction, device):
+    g = torch.Generator().manual_seed(11)
+    p = torch.rand(4, 5, generator=g)
+    p[0, 0], p[0, 1] = 0.0, 1.0  # the clamped logarithms
+    target, weight = torch.rand(4, 5, generator=g), torch.rand(5, generator=g)
+    p_cpu, p_dev = p.clone().requires_grad_(), p.to(device).requires_grad_()
+    compare(lambda p, t, w: F.binary_cross_entropy(p, t, weight=w, reduction=reduction),
+            [p_cpu, target, weight], [p_dev, target.to(device), weight.to(device)], torch.float32)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_layer_norm_of_no_rows_matches_cpu(device):
+    c, d = pair((0, 5), torch.float32, device)
+    ln_cpu = torch.nn.LayerNorm(5)
+    ln = torch.nn.LayerNorm(5).to(device)
+    compare(lambda x: ln(x).sum() if x.device.type != "cpu" else ln_cpu(x).sum(), [c], [d], torch.float32)
+    assert torch.equal(ln.weight.grad.cpu(), ln_cpu.weight.grad)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_more_bad_input_gives_cpu_errors(device):
+    errors_match(lambda d: F.binary_cross_entropy(torch.full((3,), 1.5, device=d), torch.ones(3, device=d)), device)
+    errors_match(lambda d: torch.dot(torch.ones(3, device=d), torch.ones(4, device=d)), device)
+    errors_match(lambda d: torch.dot(torch.ones(3, 1, device=d), torch.ones(3, device=d)), device)
+    errors_match(lambda d: torch.dot(torch.ones(3, device=d), torch.ones(3, dtype=torch.float16, device=d)), device)
+    errors_match(lambda d: torch.baddbmm(torch.ones(2, 3, 5, device=d), torch.ones(2, 3, 4, device=d),
+                                         torch.ones(2, 5, 5, device=d)), device)

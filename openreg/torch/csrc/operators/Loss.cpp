@@ -1,4 +1,4 @@
-// mse_loss, smooth_l1_loss and huber_loss with their backwards. CPU's kernels are an
+// mse_loss, smooth_l1_loss, huber_loss and binary_cross_entropy with their backwards. CPU's kernels are an
 // elementwise stub plus a reduction; here the same steps are the device's own operators (sub,
 // abs, where, mean or sum), each a Rust kernel, in CPU's formulas, so the losses never reach
 // the CPU fallback.
@@ -9,7 +9,12 @@
 #include <ATen/core/Reduction.h>
 #include <ATen/native/Resize.h>
 #include <ATen/ops/abs.h>
+#include <ATen/ops/any.h>
+#include <ATen/ops/clamp_min.h>
+#include <ATen/ops/log.h>
+#include <ATen/ops/log1p.h>
 #include <ATen/ops/mean.h>
+#include <ATen/ops/logical_or.h>
 #include <ATen/ops/where.h>
 #include <ATen/ops/mul.h>
 #include <ATen/ops/sub.h>
@@ -136,6 +141,47 @@ at::Tensor& huber_backward_out(const at::Tensor& grad, const at::Tensor& self, c
   return into(out, huber_backward(grad, self, target, reduction, delta));
 }
 
+// Binary cross entropy, CPU's formula: the logarithms clamped at -100 so that a probability of
+// exactly 0 or 1 gives a finite loss. CPU checks the input's values in its kernel; here that
+// check reads one bool back from the device.
+void check_probabilities(const at::Tensor& input) {
+  TORCH_CHECK(!at::any(at::logical_or(input < 0, input > 1)).item<bool>(),
+              "all elements of input should be between 0 and 1");
+}
+
+at::Tensor bce(const at::Tensor& input, const at::Tensor& target, const std::optional<at::Tensor>& weight,
+               int64_t reduction) {
+  check_devices("binary_cross_entropy", {{"self", &input}, {"target", &target}, {"weight", weight ? &*weight : nullptr}});
+  check_probabilities(input);
+  at::Tensor loss = (target - 1) * at::clamp_min(at::log1p(-input), -100) - target * at::clamp_min(at::log(input), -100);
+  if (weight && weight->defined()) {
+    loss = loss * *weight;
+  }
+  return reduce(loss, reduction);
+}
+
+at::Tensor& bce_out(const at::Tensor& input, const at::Tensor& target, const std::optional<at::Tensor>& weight,
+                    int64_t reduction, at::Tensor& out) {
+  return into(out, bce(input, target, weight, reduction));
+}
+
+// d/dinput = grad (input - target) / max((1 - input) input, 1e-12), times the weight.
+at::Tensor bce_backward(const at::Tensor& grad, const at::Tensor& input, const at::Tensor& target,
+                        const std::optional<at::Tensor>& weight, int64_t reduction) {
+  check_devices("binary_cross_entropy_backward", {{"grad_output", &grad}, {"self", &input}, {"target", &target}});
+  const double norm = reduction == at::Reduction::Mean ? 1.0 / static_cast<double>(input.numel()) : 1.0;
+  at::Tensor result = grad * norm * (input - target) / at::clamp_min((1 - input) * input, 1e-12);
+  if (weight && weight->defined()) {
+    result = result * *weight;
+  }
+  return result;
+}
+
+at::Tensor& bce_backward_out(const at::Tensor& grad, const at::Tensor& input, const at::Tensor& target,
+                             const std::optional<at::Tensor>& weight, int64_t reduction, at::Tensor& out) {
+  return into(out, bce_backward(grad, input, target, weight, reduction));
+}
+
 } // namespace
 
 void register_losses() {
@@ -154,6 +200,10 @@ void register_losses() {
     library.impl("huber_loss.out", TORCH_FN(huber_out));
     library.impl("huber_loss_backward", TORCH_FN(huber_backward));
     library.impl("huber_loss_backward.out", TORCH_FN(huber_backward_out));
+    library.impl("binary_cross_entropy", TORCH_FN(bce));
+    library.impl("binary_cross_entropy.out", TORCH_FN(bce_out));
+    library.impl("binary_cross_entropy_backward", TORCH_FN(bce_backward));
+    library.impl("binary_cross_entropy_backward.grad_input", TORCH_FN(bce_backward_out));
     return true;
   }();
   (void)registered;

@@ -1,11 +1,16 @@
-// Matrix products with the `gemm` crate (src/operators/kernels/matmul.rs): mm, addmm and bmm, their
-// shapes and errors from PyTorch's structured meta functions.
+// Matrix products with the `gemm` crate (src/operators/kernels/matmul.rs): mm, addmm, bmm and
+// baddbmm, their shapes and errors from PyTorch's structured meta functions; dot as a 1 x n by
+// n x 1 product.
 
 #include "operators/Structured.h"
 
 #include <ATen/ops/addmm.h>
 #include <ATen/ops/addmm_meta.h>
+#include <ATen/ops/baddbmm.h>
+#include <ATen/ops/baddbmm_meta.h>
 #include <ATen/ops/bmm.h>
+#include <ATen/ops/dot.h>
+#include <ATen/ops/empty.h>
 #include <ATen/ops/bmm_meta.h>
 #include <ATen/ops/mm.h>
 #include <ATen/ops/mm_meta.h>
@@ -102,6 +107,65 @@ at::Tensor addmm(const at::Tensor& self, const at::Tensor& mat1, const at::Tenso
 }
 // ANCHOR_END: addmm
 
+// baddbmm is addmm over a batch: the same steps, the batched meta function.
+template <Variant kind>
+at::Tensor baddbmm(const at::Tensor& self, const at::Tensor& batch1, const at::Tensor& batch2,
+                   const at::Scalar& beta, const at::Scalar& alpha, const at::Tensor& given = {}) {
+  check_devices("wrapper_PrivateUse1_baddbmm", {{"self", &self}, {"batch1", &batch1}, {"batch2", &batch2}});
+  Structured<at::meta::structured_baddbmm, kind> s(given);
+  s.meta(self, batch1, batch2, beta, alpha);
+  const at::Tensor& out = s.maybe_get_output(0);
+  const bool real = !beta.isComplex() && !alpha.isComplex();
+  const double b = real ? beta.toDouble() : 0.0;
+  if (real && b != 0.0 && !out.is_same(self)) {
+    out.copy_(self.expand(out.sizes()));
+  }
+  const bool done = real && (out.numel() == 0 || run_matmul(out, batch1, batch2, alpha.toDouble(), b));
+  if (!done) {
+    note_host_path("baddbmm", out.scalar_type());
+    at::Tensor host = host_alias(out);
+    at::baddbmm_out(host, host_alias(self), host_alias(batch1), host_alias(batch2), beta, alpha);
+  }
+  return s.result();
+}
+
+at::Tensor baddbmm_functional(const at::Tensor& self, const at::Tensor& batch1, const at::Tensor& batch2,
+                              const at::Scalar& beta, const at::Scalar& alpha) {
+  return baddbmm<Variant::Functional>(self, batch1, batch2, beta, alpha);
+}
+at::Tensor& baddbmm_(at::Tensor& self, const at::Tensor& batch1, const at::Tensor& batch2,
+                     const at::Scalar& beta, const at::Scalar& alpha) {
+  baddbmm<Variant::InPlace>(self, batch1, batch2, beta, alpha, self);
+  return self;
+}
+at::Tensor& baddbmm_out(const at::Tensor& self, const at::Tensor& batch1, const at::Tensor& batch2,
+                        const at::Scalar& beta, const at::Scalar& alpha, at::Tensor& out) {
+  baddbmm<Variant::Out>(self, batch1, batch2, beta, alpha, out);
+  return out;
+}
+
+// dot: CPU's checks, then a 1 x n by n x 1 product into the 0-dim result.
+at::Tensor dot(const at::Tensor& self, const at::Tensor& other) {
+  check_devices("wrapper_PrivateUse1__dot", {{"self", &self}, {"tensor", &other}});
+  TORCH_CHECK(self.dim() == 1 && other.dim() == 1, "1D tensors expected, but got ", self.dim(), "D and ",
+              other.dim(), "D tensors");
+  TORCH_CHECK(self.scalar_type() == other.scalar_type(), "dot : expected both vectors to have same dtype, but found ",
+              self.scalar_type(), " and ", other.scalar_type());
+  TORCH_CHECK(self.numel() == other.numel(), "inconsistent tensor size, expected tensor [", self.numel(),
+              "] and src [", other.numel(), "] to have the same number of elements, but got ", self.numel(),
+              " and ", other.numel(), " elements respectively");
+  at::Tensor out = at::empty({}, self.options());
+  if (self.numel() == 0) {
+    return out.zero_();
+  }
+  if (!run_matmul(out.view({1, 1}), self.view({1, -1}), other.view({-1, 1}), 1.0, 0.0)) {
+    note_host_path("dot", self.scalar_type());
+    at::Tensor host = host_alias(out);
+    host.copy_(at::dot(host_alias(self), host_alias(other)));
+  }
+  return out;
+}
+
 at::Tensor mm_functional(const at::Tensor& self, const at::Tensor& mat2) {
   return mm<Variant::Functional>(self, mat2);
 }
@@ -144,6 +208,10 @@ void register_matmul() {
     library.impl("addmm", TORCH_FN(addmm_functional));
     library.impl("addmm_", TORCH_FN(addmm_));
     library.impl("addmm.out", TORCH_FN(addmm_out));
+    library.impl("baddbmm", TORCH_FN(baddbmm_functional));
+    library.impl("baddbmm_", TORCH_FN(baddbmm_));
+    library.impl("baddbmm.out", TORCH_FN(baddbmm_out));
+    library.impl("dot", TORCH_FN(dot));
     return true;
   }();
   (void)registered;

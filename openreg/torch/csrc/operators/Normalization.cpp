@@ -96,6 +96,15 @@ Result3 layer_norm_backward(const at::Tensor& grad_out, const at::Tensor& input,
               grad_out.sizes(), " does not match input of size ", input.sizes());
   at::Tensor grad_input = empty_if(mask[0], input.contiguous());
   at::Tensor grad_weight = empty_if(mask[1], weight), grad_bias = empty_if(mask[2], bias);
+  if (M == 0) {
+    // No rows: the parameters' gradients are zero, as CPU's are.
+    for (at::Tensor* g : {&grad_weight, &grad_bias}) {
+      if (g->defined()) {
+        g->zero_();
+      }
+    }
+    return {grad_input, grad_weight, grad_bias};
+  }
   const NormShape shape{M, N, 1, 1, 0.0, 0.0, false};
   if (!run(Norm::GroupNormBackward, shape,
            {grad_input, contiguous(grad_weight), contiguous(grad_bias), grad_out.contiguous(),
