@@ -27,13 +27,18 @@ std::tuple<at::Tensor&, at::Tensor&> log_sigmoid_forward_out(const at::Tensor& s
                                                               at::Tensor& buffer) {
   at::TensorIterator iter;
   iter.build_borrowing_unary_op(output, self);
-  if (!run_pointwise(iter, Pointwise::LogSigmoid)) {
-    note_host_path("log_sigmoid_forward", self.scalar_type());
-    at::Tensor host_buffer = at::empty({0}, self.options().device(at::kCPU));
-    at::Tensor host_output = host_alias(iter.output(0));
-    at::log_sigmoid_forward_out(host_output, host_buffer, host_alias(self));
+  if (run_pointwise(iter, Pointwise::LogSigmoid)) {
+    buffer.resize_({0});
+    return {output, buffer};
   }
-  buffer.resize_({0});
+  // A dtype the formula does not compute in: CPU's kernel, whose backward (also CPU's) reads
+  // the buffer, so it is kept.
+  note_host_path("log_sigmoid_forward", self.scalar_type());
+  at::Tensor host_buffer = at::empty({0}, self.options().device(at::kCPU));
+  at::Tensor host_output = host_alias(iter.output(0));
+  at::log_sigmoid_forward_out(host_output, host_buffer, host_alias(self));
+  buffer.resize_(host_buffer.sizes());
+  buffer.copy_(host_buffer);
   return {output, buffer};
 }
 
