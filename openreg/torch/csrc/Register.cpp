@@ -39,8 +39,11 @@ void register_backend() {
     register_nll_loss();
     register_normalization();
     register_pooling();
+    register_padding();
     register_compound_pointwise();
     register_losses();
+    register_margin_losses();
+    register_ctc_loss();
     register_optimizers();
     register_embedding();
     register_lstm();

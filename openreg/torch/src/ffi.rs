@@ -13,7 +13,7 @@ use crate::error::last_error_kind;
 use crate::operators::fallback::record_fallback;
 use crate::operators::kernels::{
     embedding_backward, index_select, launch_abs_f32, launch_amp_unscale, launch_dropout, launch_dropout_at, launch_multinomial, launch_index_put, launch_arange, launch_fill_int, launch_arg_extremum, launch_cumsum, launch_triangle, launch_qr, launch_random, launch_randperm, launch_amp_update_scale, launch_convolution, launch_foreach, launch_fused_step,
-    launch_lstm_layer, launch_matmul, launch_norm, launch_pointwise, launch_pool2d, launch_reduction, launch_rnn_cell, launch_same_shape,
+    launch_lstm_layer, launch_matmul, launch_loss, launch_norm, launch_pointwise, launch_pool, launch_reduction, launch_rnn_cell, launch_same_shape,
     launch_softmax, nll_loss_backward, nll_loss_forward,
 };
 use crate::runtime::host_allocator::{
@@ -216,6 +216,9 @@ pub(crate) mod ffi {
         /// `scalar`, `scalar2`: alpha, scale (input_scale 1).
         Elu,
         EluBackward,
+        /// elu with scale 1 (CELU); `scalar`, `scalar2`: alpha, input_scale.
+        Celu,
+        CeluBackward,
         /// Bitwise on integers, logical on bools.
         BitwiseAnd,
         BitwiseOr,
@@ -313,30 +316,68 @@ pub(crate) mod ffi {
         training: bool,
     }
 
-    /// A 2-D pooling kernel (`kernels/pooling.rs`).
+    /// A 2-D or 3-D pooling kernel (`kernels/pooling.rs`).
     #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-    enum Pool2d {
+    enum Pool {
         MaxForward,
         MaxBackward,
         AvgForward,
         AvgBackward,
         AdaptiveAvgForward,
         AdaptiveAvgBackward,
+        AdaptiveMaxForward,
+        AdaptiveMaxBackward,
     }
 
-    /// `planes` contiguous [height, width] planes in and out, and the window's parameters
-    /// (`divisor`: avg_pool2d's divisor_override, 0 for none; it may be negative).
+    /// `planes` contiguous [depth, height, width] volumes in and out (2-D pooling: depth 1),
+    /// and the window's parameters (`divisor`: avg_pool's divisor_override, 0 for none; it may
+    /// be negative).
     #[derive(Debug, Clone, Copy)]
     struct PoolShape {
         planes: i64,
-        input: [i64; 2],
-        output: [i64; 2],
-        kernel: [i64; 2],
-        stride: [i64; 2],
-        padding: [i64; 2],
-        dilation: [i64; 2],
+        input: [i64; 3],
+        output: [i64; 3],
+        kernel: [i64; 3],
+        stride: [i64; 3],
+        padding: [i64; 3],
+        dilation: [i64; 3],
         count_include_pad: bool,
         divisor: i64,
+    }
+
+    /// A loss computed row by row on the host thread after the stream drains, like the NLL
+    /// loss (`kernels/margin.rs`, `kernels/ctc.rs`).
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    enum Loss {
+        /// output | input, target, weight (address 0: none)
+        MultiMargin,
+        /// grad_input | grad_output, input, target, weight
+        MultiMarginBackward,
+        /// output, is_target | input, target
+        MultilabelMargin,
+        /// grad_input | grad_output, input, target, is_target
+        MultilabelMarginBackward,
+        /// neg_log_likelihood, log_alpha | log_probs, targets
+        Ctc,
+        /// grad | grad_out, log_probs, targets, neg_log_likelihood, log_alpha
+        CtcBackward,
+    }
+
+    /// A loss's sizes and arguments; `reduction` as `at::Reduction`. CTC: `batch` sequences of
+    /// at most `time` steps over `classes` symbols, targets padded to `max_target` per sequence
+    /// (`targets_2d`) or concatenated.
+    #[derive(Debug, Clone, Copy)]
+    struct LossArgs {
+        batch: i64,
+        classes: i64,
+        reduction: i64,
+        p: i64,
+        margin: f64,
+        time: i64,
+        max_target: i64,
+        blank: i64,
+        targets_2d: bool,
+        zero_infinity: bool,
     }
 
     /// A fused optimizer step (`kernels/optim.rs`).
@@ -572,7 +613,10 @@ pub(crate) mod ffi {
         /// `operands` in `kernels/norm.rs`'s order; false if a dtype is not ours.
         fn launch_norm(op: Norm, shape: NormShape, operands: &[Dense], device: i64) -> Result<bool>;
         /// `operands` in `kernels/pooling.rs`'s order; false if a dtype is not ours.
-        fn launch_pool2d(op: Pool2d, shape: PoolShape, operands: &[Dense], device: i64) -> Result<bool>;
+        fn launch_pool(op: Pool, shape: PoolShape, operands: &[Dense], device: i64) -> Result<bool>;
+        /// `operands` in `Loss`'s order; `lengths`: CTC's input lengths then target lengths.
+        /// False if a dtype is not ours.
+        fn launch_loss(op: Loss, args: LossArgs, operands: &[Dense], lengths: &[i64], device: i64) -> Result<bool>;
         /// One launch over `tensors` lists of operands, `[out, inputs..]` per tensor; an input with
         /// address 0 is `constants[same index]`; `scalars`: two per tensor. False: not ours.
         fn launch_foreach(

@@ -2,9 +2,12 @@
 // checks the dimensions and dtypes and sizes the output; the values of `index` are read on the
 // host, as embedding's are, checked with CPU's message, and turned into element offsets; the
 // device then moves the elements with the byte-gather kernel index_select uses.
+// masked_select is the same gather, at the offsets of the mask's true elements (read on the
+// host: the result's size depends on them, so the call waits for the device, as on CUDA).
 
 #include "operators/Structured.h"
 
+#include <ATen/ExpandUtils.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/gather.h>
 #include <ATen/ops/gather_meta.h>
@@ -70,6 +73,42 @@ at::Tensor& gather_out(const at::Tensor& self, int64_t dim, const at::Tensor& in
   return out;
 }
 
+// ANCHOR: masked_select
+at::Tensor masked_select(const at::Tensor& self, const at::Tensor& mask) {
+  check_devices("masked_select", {{"self", &self}, {"mask", &mask}});
+  TORCH_CHECK(mask.scalar_type() == at::kBool, "masked_select: expected BoolTensor for mask");
+  const at::Tensor where = *std::get<0>(at::expand_outplace(mask, self));  // CPU's order, for its message
+  const at::Tensor src = self.contiguous();
+  // The broadcast self's strides over the contiguous self (0 along broadcast dimensions).
+  const at::Tensor view = src.expand(where.sizes());
+  const at::Tensor host_mask = host_alias(where.contiguous());
+  const bool* chosen = host_mask.const_data_ptr<bool>();
+  const int64_t ndim = view.dim();
+  std::vector<int64_t> coord(ndim, 0), offsets;
+  for (int64_t n = 0; n < host_mask.numel(); ++n) {
+    if (chosen[n]) {
+      int64_t offset = 0;
+      for (int64_t d = 0; d < ndim; ++d) {
+        offset += coord[d] * view.stride(d);
+      }
+      offsets.push_back(offset);
+    }
+    for (int64_t d = ndim - 1; d >= 0 && ++coord[d] == view.size(d); --d) {
+      coord[d] = 0;
+    }
+  }
+  at::Tensor out = at::empty({static_cast<int64_t>(offsets.size())}, self.options());
+  if (!offsets.empty()) {
+    call([&] {
+      index_select(dense(src), dense(out), self.element_size(), {offsets.data(), offsets.size()},
+                   /*outer=*/1, /*size=*/static_cast<size_t>(src.numel()), /*inner=*/1,
+                   self.device().index());
+    });
+  }
+  return out;
+}
+// ANCHOR_END: masked_select
+
 } // namespace
 
 void register_gather() {
@@ -78,6 +117,7 @@ void register_gather() {
   static bool registered = [] {
     library.impl("gather", TORCH_FN(gather_functional));
     library.impl("gather.out", TORCH_FN(gather_out));
+    library.impl("masked_select", TORCH_FN(masked_select));
     return true;
   }();
   (void)registered;

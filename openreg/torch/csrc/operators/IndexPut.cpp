@@ -3,12 +3,16 @@
 // The indices are read on the host — CPU raises IndexError for an index out of range, and
 // that needs their values — and turned into element offsets; a Rust kernel then writes the
 // values at those offsets on the stream. Bool masks and dtypes the kernel lacks take CPU's
-// kernel over the device memory.
+// kernel over the device memory. index_add (`out[..., index[i], ...] += alpha * source[..., i,
+// ...]`) is the same accumulating write, and masked_scatter_ (masked_select's backward) the
+// same plain write at the mask's true elements.
 
 #include "operators/Structured.h"
 
 #include <ATen/ExpandUtils.h>
 #include <ATen/ops/_index_put_impl.h>
+#include <ATen/ops/index_add.h>
+#include <ATen/ops/index_add_meta.h>
 #include <ATen/ops/empty.h>
 #include <torch/library.h>
 
@@ -137,6 +141,110 @@ at::Tensor& index_put_impl_(at::Tensor& self, const c10::List<std::optional<at::
   return self;
 }
 
+// ANCHOR: index_add
+template <Variant kind>
+at::Tensor index_add(const at::Tensor& self, int64_t dim, const at::Tensor& index,
+                     const at::Tensor& source, const at::Scalar& alpha, const at::Tensor& given = {}) {
+  check_devices("index_add", {{"self", &self}, {"index", &index}, {"source", &source}, {"out", &given}});
+  Structured<at::meta::structured_index_add, kind> s(kind == Variant::InPlace ? self : given);
+  dim = s.meta(self, dim, index, source, alpha).dim;
+  const at::Tensor& out = s.maybe_get_output(0);
+  if (!out.is_same(self)) {
+    out.copy_(self);
+  }
+  if (index.numel() == 0 || source.numel() == 0) {
+    return s.result();
+  }
+  // The values of `index` (waiting for the device), checked as CPU checks them.
+  const at::Tensor host_index = host_alias(index.contiguous()).to(at::kLong).view(-1);
+  const int64_t* values = host_index.const_data_ptr<int64_t>();
+  const int64_t size = out.dim() == 0 ? 1 : out.size(dim);
+  for (int64_t i = 0; i < host_index.numel(); ++i) {
+    TORCH_CHECK_INDEX(values[i] >= 0 && values[i] < size, "index out of range in self");
+  }
+  // Each source element's offset in `out`: its coordinates, with the one along `dim` replaced
+  // by the index value.
+  const int64_t ndim = source.dim();
+  std::vector<int64_t> coord(ndim, 0), offsets;
+  offsets.reserve(source.numel());
+  for (int64_t n = 0; n < source.numel(); ++n) {
+    int64_t offset = 0;
+    for (int64_t d = 0; d < ndim; ++d) {
+      offset += (d == dim ? values[coord[d]] : coord[d]) * out.stride(d);
+    }
+    offsets.push_back(offset);
+    for (int64_t d = ndim - 1; d >= 0 && ++coord[d] == source.size(d); --d) {
+      coord[d] = 0;
+    }
+  }
+  const at::Tensor scaled = alpha.equal(1) ? source.contiguous() : source.mul(alpha).contiguous();
+  const bool done = call([&] {
+    return launch_index_put(dense(out), {offsets.data(), offsets.size()}, dense(scaled),
+                            /*accumulate=*/true, out.device().index());
+  });
+  if (!done) {
+    note_host_path("index_add", out.scalar_type());
+    host_alias(out).index_add_(dim, host_alias(index), host_alias(source), alpha);
+  }
+  return s.result();
+}
+// ANCHOR_END: index_add
+
+at::Tensor index_add_functional(const at::Tensor& self, int64_t dim, const at::Tensor& index,
+                                const at::Tensor& source, const at::Scalar& alpha) {
+  return index_add<Variant::Functional>(self, dim, index, source, alpha);
+}
+at::Tensor& index_add_inplace(at::Tensor& self, int64_t dim, const at::Tensor& index,
+                              const at::Tensor& source, const at::Scalar& alpha) {
+  index_add<Variant::InPlace>(self, dim, index, source, alpha);
+  return self;
+}
+at::Tensor& index_add_out(const at::Tensor& self, int64_t dim, const at::Tensor& index,
+                          const at::Tensor& source, const at::Scalar& alpha, at::Tensor& out) {
+  index_add<Variant::Out>(self, dim, index, source, alpha, out);
+  return out;
+}
+
+at::Tensor& masked_scatter_(at::Tensor& self, const at::Tensor& mask, const at::Tensor& source) {
+  check_devices("masked_scatter_", {{"self", &self}, {"mask", &mask}, {"source", &source}});
+  TORCH_CHECK(mask.scalar_type() == at::kBool, "masked_scatter_ only supports boolean masks, but got mask with dtype ",
+              mask.scalar_type());
+  TORCH_CHECK(self.scalar_type() == source.scalar_type(), "masked_scatter: expected self and source to have same dtypes but got",
+              self.scalar_type(), " and ", source.scalar_type());
+  const at::Tensor where = mask.expand(self.sizes());
+  const at::Tensor host_mask = host_alias(where.contiguous());  // waits for the device
+  const bool* chosen = host_mask.const_data_ptr<bool>();
+  const int64_t ndim = self.dim();
+  std::vector<int64_t> coord(ndim, 0), offsets;
+  for (int64_t n = 0; n < host_mask.numel(); ++n) {
+    if (chosen[n]) {
+      int64_t offset = 0;
+      for (int64_t d = 0; d < ndim; ++d) {
+        offset += coord[d] * self.stride(d);
+      }
+      offsets.push_back(offset);
+    }
+    for (int64_t d = ndim - 1; d >= 0 && ++coord[d] == self.size(d); --d) {
+      coord[d] = 0;
+    }
+  }
+  const int64_t count = static_cast<int64_t>(offsets.size());
+  TORCH_CHECK(source.numel() >= count, "Number of elements of source < number of ones in mask");
+  if (count == 0) {
+    return self;
+  }
+  const at::Tensor values = source.contiguous().view(-1).narrow(0, 0, count);
+  const bool done = call([&] {
+    return launch_index_put(dense(self), {offsets.data(), offsets.size()}, dense(values),
+                            /*accumulate=*/false, self.device().index());
+  });
+  if (!done) {
+    note_host_path("masked_scatter_", self.scalar_type());
+    host_alias(self).masked_scatter_(host_mask, host_alias(source));
+  }
+  return self;
+}
+
 } // namespace
 
 void register_index_put() {
@@ -144,6 +252,10 @@ void register_index_put() {
                                 __FILE__, __LINE__);
   static bool registered = [] {
     library.impl("_index_put_impl_", TORCH_FN(index_put_impl_));
+    library.impl("index_add", TORCH_FN(index_add_functional));
+    library.impl("index_add_", TORCH_FN(index_add_inplace));
+    library.impl("index_add.out", TORCH_FN(index_add_out));
+    library.impl("masked_scatter_", TORCH_FN(masked_scatter_));
     return true;
   }();
   (void)registered;

@@ -47,6 +47,8 @@ struct Row {
   // Scalars of the schema (other than a comparison's operand) become the formula's parameters.
   // `check`, if any, says whether the formula computes this call (else: CPU's kernel).
   bool (*check)(const std::vector<at::Tensor>& inputs, const std::vector<double>& params) = nullptr;
+  // `pick`, if any, chooses between formulas by the parameters (and reorders them).
+  Pointwise (*pick)(Pointwise op, std::vector<double>& params) = nullptr;
 };
 // ANCHOR_END: kinds
 
@@ -71,14 +73,24 @@ bool some_bound(const std::vector<at::Tensor>&, const std::vector<double>& p) {
          !(p[0] == -INFINITY && p[1] == INFINITY);
 }
 
-// elu's formula takes alpha and scale; CELU's input_scale (1 / alpha) is CPU's.
-bool unit_input_scale(const std::vector<at::Tensor>&, const std::vector<double>& p) {
-  return p.size() == 3 && p[2] == 1.0;
+// elu(alpha, scale, input_scale) has two formulas of two parameters: ELU and SELU (input_scale
+// 1), and CELU (scale 1). Any other combination is CPU's.
+bool elu_params(const std::vector<at::Tensor>&, const std::vector<double>& p) {
+  return p.size() >= 3 && (p[1] == 1.0 || p[2] == 1.0);
 }
 
 // elu_backward(grad, alpha, scale, input_scale, is_result, self_or_result): from the input.
-bool elu_backward_of_input(const std::vector<at::Tensor>&, const std::vector<double>& p) {
-  return p.size() == 4 && p[2] == 1.0 && p[3] == 0.0;
+bool elu_backward_of_input(const std::vector<at::Tensor>& inputs, const std::vector<double>& p) {
+  return elu_params(inputs, p) && p.size() == 4 && p[3] == 0.0;
+}
+
+// CELU's formula where the input scale is not 1; its parameters become (alpha, input_scale).
+Pointwise celu_if_scaled(Pointwise op, std::vector<double>& p) {
+  if (p[2] == 1.0) {
+    return op;
+  }
+  p = {p[0], p[2]};
+  return op == Pointwise::Elu ? Pointwise::Celu : Pointwise::CeluBackward;
 }
 
 // ANCHOR: table
@@ -125,8 +137,8 @@ const Row kTable[] = {
     {{"mish", "mish_", "mish.out"}, Kind::Unary, Pointwise::Mish},
     {{"clamp", "clamp_", "clamp.out"}, Kind::Unary, Pointwise::Clamp, some_bound},
     {{"xlogy.Tensor", "xlogy_.Tensor", "xlogy.OutTensor"}, Kind::BinaryFloat, Pointwise::Xlogy},
-    {{"elu", "elu_", "elu.out"}, Kind::Unary, Pointwise::Elu, unit_input_scale},
-    {{"elu_backward", "elu_backward.grad_input"}, Kind::Binary, Pointwise::EluBackward, elu_backward_of_input},
+    {{"elu", "elu_", "elu.out"}, Kind::Unary, Pointwise::Elu, elu_params, celu_if_scaled},
+    {{"elu_backward", "elu_backward.grad_input"}, Kind::Binary, Pointwise::EluBackward, elu_backward_of_input, celu_if_scaled},
     // (grad_output, self, buffer): the gradient is recomputed from self; the buffer is unused.
     {{"log_sigmoid_backward", "log_sigmoid_backward.grad_input"}, Kind::Binary, Pointwise::LogSigmoidBackward},
 };
@@ -193,6 +205,7 @@ void table_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   if (row->check != nullptr && !row->check(inputs, params)) {
     return run_on_cpu(op, stack);
   }
+  const Pointwise formula = row->pick != nullptr ? row->pick(row->op, params) : row->op;
   params.resize(2, 0.0);
 
   at::TensorIterator iter;
@@ -249,7 +262,7 @@ void table_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
       break;
     }
   }
-  if (!run_pointwise(iter, row->op, params[0], params[1])) {
+  if (!run_pointwise(iter, formula, params[0], params[1])) {
     return run_on_cpu(op, stack);  // a dtype the formulas do not compute in
   }
   torch::jit::drop(*stack, arguments.size());

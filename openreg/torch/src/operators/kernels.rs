@@ -4,6 +4,7 @@
 //! the work is small: a thread hop would cost more than the kernel).
 
 mod conv;
+mod ctc;
 mod dropout;
 mod dtype;
 mod elementwise;
@@ -13,6 +14,7 @@ mod foreach;
 mod integer;
 mod linalg;
 mod lstm;
+mod margin;
 mod math;
 mod matmul;
 mod nll_loss;
@@ -34,7 +36,7 @@ use rayon::prelude::*;
 
 use crate::error::{Failure, Result};
 use crate::ffi::ffi::{
-    Cell, Conv, ConvShape, Dense, LstmShape, Fused, FusedArgs, Matrix, NllLoss, Norm, NormShape, Pointwise, Pool2d, PoolShape,
+    Cell, Conv, ConvShape, Dense, LstmShape, Fused, FusedArgs, Loss, LossArgs, Matrix, NllLoss, Norm, NormShape, Pointwise, Pool, PoolShape,
     RandomOp, Reduction, Softmax,
 };
 use crate::runtime::generator::{Draw, PhiloxGenerator};
@@ -838,9 +840,9 @@ pub(crate) fn launch_norm(op: Norm, shape: NormShape, operands: &[Dense], device
 }
 // ANCHOR_END: launch_norm
 
-/// Launches a 2-D pooling kernel; `operands` in [`pooling::operands`]'s order (indices are
-/// int64). False, having done nothing, if a dtype is not ours or an operand is empty.
-pub(crate) fn launch_pool2d(op: Pool2d, shape: PoolShape, operands: &[Dense], device: i64) -> Result<bool> {
+/// Launches a pooling kernel; `operands` in [`pooling::operands`]'s order (indices are int64).
+/// False, having done nothing, if a dtype is not ours or an operand is empty.
+pub(crate) fn launch_pool(op: Pool, shape: PoolShape, operands: &[Dense], device: i64) -> Result<bool> {
     let invalid = |what: String| Failure::from(rt::Error::InvalidValue(format!("{op:?}: {what}")));
     if operands.len() != pooling::operands(op) {
         return Err(invalid(format!("{} operands expected, got {}", pooling::operands(op), operands.len())));
@@ -848,26 +850,29 @@ pub(crate) fn launch_pool2d(op: Pool2d, shape: PoolShape, operands: &[Dense], de
     let s = &shape;
     let positive = [s.kernel, s.stride, s.dilation].iter().flatten().all(|&v| v > 0);
     let sizes = [s.input, s.output].iter().flatten().chain(&s.padding).all(|&v| v >= 0);
-    let adaptive = matches!(op, Pool2d::AdaptiveAvgForward | Pool2d::AdaptiveAvgBackward);
+    let adaptive = matches!(op, Pool::AdaptiveAvgForward | Pool::AdaptiveAvgBackward | Pool::AdaptiveMaxForward | Pool::AdaptiveMaxBackward);
     if s.planes < 0 || !sizes || (!adaptive && !positive) {
         return Err(invalid(format!("invalid shape {shape:?}")));
     }
-    let planes = s.planes as usize;
-    let (input, output) = (planes * (s.input[0] * s.input[1]) as usize, planes * (s.output[0] * s.output[1]) as usize);
+    let volume = |v: [i64; 3]| v.iter().try_fold(s.planes as usize, |n, &d| n.checked_mul(d as usize));
+    let (Some(input), Some(output)) = (volume(s.input), volume(s.output)) else {
+        return Err(invalid(format!("invalid shape {shape:?}")));
+    };
     if input == 0 || output == 0 {
-        let outputs = if op == Pool2d::MaxForward { 2 } else { 1 };
+        let outputs = if pooling::indices_slot(op) == Some(1) { 2 } else { 1 };
         return Ok(operands[..outputs].iter().all(|t| t.numel == 0));
     }
-    let (sizes, indices): (&[usize], usize) = match op {
-        Pool2d::MaxForward => (&[output, output, input], 1),
-        Pool2d::MaxBackward => (&[input, output, output], 2),
-        Pool2d::AvgForward | Pool2d::AdaptiveAvgForward => (&[output, input], usize::MAX),
-        _ => (&[input, output], usize::MAX),
+    let sizes: [usize; 3] = match (pooling::is_backward(op), pooling::indices_slot(op)) {
+        (false, Some(_)) => [output, output, input],
+        (true, Some(_)) => [input, output, output],
+        (false, None) => [output, input, 0],
+        (true, None) => [input, output, 0],
     };
-    let mut slots = Vec::with_capacity(sizes.len());
+    let indices = pooling::indices_slot(op);
+    let mut slots = Vec::with_capacity(operands.len());
     for (k, t) in operands.iter().enumerate() {
         let dtype = Dtype::from_code(t.dtype);
-        if (k == indices && t.dtype != INT64) || (k != indices && dtype.is_none()) {
+        if (Some(k) == indices && t.dtype != INT64) || (Some(k) != indices && dtype.is_none()) {
             return Ok(false);
         }
         if t.numel != sizes[k] {
@@ -1163,4 +1168,145 @@ pub(crate) fn nll_loss_backward(
     let weight = if weight.data == 0 { None } else { Some(slot(&weight)?) };
     // SAFETY: as in nll_loss_forward.
     guarded(|| unsafe { nll_loss::backward(&args, grad_input, grad_output, &targets, weight, total_weight) })
+}
+
+/// The values of a float operand (one of the kernels' dtypes), or of an int32/int64 one, as a
+/// host copy. The stream must be idle.
+fn host_floats(t: &Dense, dtype: Dtype) -> Result<Vec<f64>> {
+    if t.numel == 0 {
+        return Ok(Vec::new());
+    }
+    let base = dense(t, dtype)?;
+    let mut values = vec![0f32; t.numel];
+    // SAFETY: `numel` elements of `dtype`, checked against their allocation.
+    unsafe { dtype::load(dtype, base as *const u8, dtype.size() as isize, &mut values) };
+    Ok(values.into_iter().map(f64::from).collect())
+}
+
+fn host_ints(t: &Dense) -> Result<Vec<i64>> {
+    if t.numel == 0 {
+        return Ok(Vec::new());
+    }
+    let size = if t.dtype == INT32 { 4 } else { 8 };
+    let base = view(t.data, t.numel * size, &[t.storage, t.storage_len])?;
+    // SAFETY: as in host_floats.
+    Ok((0..t.numel)
+        .map(|i| unsafe {
+            if size == 4 { i64::from(((base + 4 * i) as *const i32).read_unaligned()) } else { ((base + 8 * i) as *const i64).read_unaligned() }
+        })
+        .collect())
+}
+
+fn store_floats(t: &Dense, dtype: Dtype, values: &[f64]) -> Result<()> {
+    if values.len() != t.numel {
+        return Err(Failure::runtime(format!("a loss kernel wrote {} values into {} elements", values.len(), t.numel)));
+    }
+    if values.is_empty() {
+        return Ok(());
+    }
+    let base = dense(t, dtype)?;
+    let values: Vec<f32> = values.iter().map(|&v| v as f32).collect();
+    // SAFETY: as in host_floats.
+    unsafe { dtype::store(dtype, base as *mut u8, dtype.size() as isize, &values) };
+    Ok(())
+}
+
+/// A margin or CTC loss (`kernels/margin.rs`, `kernels/ctc.rs`): like the NLL loss it reads its
+/// targets' values to check them, so it waits for the stream and computes on the calling thread.
+/// `operands` in [`Loss`]'s order, float operands of one dtype, targets int64 (CTC: or int32).
+/// False if a dtype is not ours.
+pub(crate) fn launch_loss(op: Loss, args: LossArgs, operands: &[Dense], lengths: &[i64], device: i64) -> Result<bool> {
+    let (targets, count) = match op {
+        Loss::MultiMargin => (2, 4),
+        Loss::MultiMarginBackward => (3, 5),
+        Loss::MultilabelMargin => (3, 4),
+        Loss::MultilabelMarginBackward => (3, 5),
+        Loss::Ctc => (3, 4),
+        Loss::CtcBackward => (3, 6),
+        _ => return Ok(false),
+    };
+    if operands.len() != count {
+        return Err(rt::Error::InvalidValue(format!("{op:?}: {count} operands expected, got {}", operands.len())).into());
+    }
+    let Some(dt) = Dtype::from_code(operands[0].dtype) else { return Ok(false) };
+    let integer = |t: &Dense| t.dtype == INT64 || (t.dtype == INT32 && matches!(op, Loss::Ctc | Loss::CtcBackward));
+    let absent = |t: &Dense| t.data == 0 && matches!(op, Loss::MultiMargin | Loss::MultiMarginBackward);
+    for (k, t) in operands.iter().enumerate() {
+        if !(if k == targets { integer(t) } else { absent(t) || t.dtype == operands[0].dtype }) {
+            return Ok(false);
+        }
+    }
+    let classes = args.classes.max(0) as usize;
+    if classes == 0 || args.batch < 0 {
+        return Err(rt::Error::InvalidValue(format!("{op:?}: invalid sizes {args:?}")).into());
+    }
+    rt::current_stream(device)?.synchronize()?;
+    let f = |k: usize| host_floats(&operands[k], dt);
+    let target = host_ints(&operands[targets])?;
+    let sized = |values: &[f64], n: usize, what: &str| -> Result<()> {
+        if values.len() != n {
+            return Err(rt::Error::InvalidValue(format!("{op:?}: {what} of {} elements, {n} expected", values.len())).into());
+        }
+        Ok(())
+    };
+    let error = Failure::runtime;
+    match op {
+        Loss::MultiMargin | Loss::MultiMarginBackward => {
+            let first = if op == Loss::MultiMargin { 1 } else { 2 };
+            let input = f(first)?;
+            sized(&input, target.len() * classes, "input")?;
+            let weight = if operands[first + 2].data == 0 { None } else { Some(f(first + 2)?) };
+            if let Some(w) = &weight {
+                sized(w, classes, "weight")?;
+            }
+            if op == Loss::MultiMargin {
+                store_floats(&operands[0], dt, &margin::multi_margin(&args, &input, &target, weight.as_deref()).map_err(error)?)?;
+            } else {
+                let grad = margin::multi_margin_backward(&args, &f(1)?, &input, &target, weight.as_deref()).map_err(error)?;
+                store_floats(&operands[0], dt, &grad)?;
+            }
+        }
+        Loss::MultilabelMargin => {
+            let input = f(2)?;
+            sized(&input, target.len(), "input")?;
+            let (loss, is_target) = margin::multilabel_margin(&args, &input, &target).map_err(error)?;
+            store_floats(&operands[0], dt, &loss)?;
+            store_floats(&operands[1], dt, &is_target)?;
+        }
+        Loss::MultilabelMarginBackward => {
+            let input = f(2)?;
+            sized(&input, target.len(), "input")?;
+            let grad = margin::multilabel_margin_backward(&args, &f(1)?, &input, &target).map_err(error)?;
+            store_floats(&operands[0], dt, &grad)?;
+        }
+        Loss::Ctc | Loss::CtcBackward => {
+            let batch = args.batch as usize;
+            let (input_lengths, target_lengths) = lengths.split_at(lengths.len().min(batch));
+            let log_probs = f(2)?;
+            sized(&log_probs, args.time.max(0) as usize * batch * classes, "log_probs")?;
+            let valid = |l: &[i64], max: i64| l.len() == batch && l.iter().all(|&v| (0..=max).contains(&v));
+            if !valid(input_lengths, args.time) || !valid(target_lengths, args.max_target) {
+                return Err(rt::Error::InvalidValue(format!("{op:?}: lengths {lengths:?} outside the operands")).into());
+            }
+            let sequences = ctc::split_targets(&args, &target, target_lengths).map_err(error)?;
+            let alpha_len = batch * args.time as usize * (2 * args.max_target as usize + 1);
+            let single = |v: Vec<f64>| -> Vec<f32> { v.into_iter().map(|v| v as f32).collect() };
+            let double = |v: Vec<f32>| -> Vec<f64> { v.into_iter().map(f64::from).collect() };
+            let log_probs = single(log_probs);
+            if op == Loss::Ctc {
+                let (nll, alpha) = ctc::forward(&args, &log_probs, &sequences, input_lengths);
+                store_floats(&operands[0], dt, &double(nll))?;
+                store_floats(&operands[1], dt, &double(alpha))?;
+            } else {
+                let (grad_out, nll, alpha) = (f(1)?, f(4)?, f(5)?);
+                sized(&grad_out, batch, "grad_out")?;
+                sized(&nll, batch, "neg_log_likelihood")?;
+                sized(&alpha, alpha_len, "log_alpha")?;
+                let grad = ctc::backward(&args, &single(grad_out), &log_probs, &sequences, input_lengths, &single(nll), &single(alpha));
+                store_floats(&operands[0], dt, &double(grad))?;
+            }
+        }
+        _ => return Ok(false),
+    }
+    Ok(true)
 }

@@ -97,6 +97,7 @@ pub(crate) fn arity(op: Pointwise) -> Option<usize> {
         | Pointwise::Mish
         | Pointwise::Clamp
         | Pointwise::Elu
+        | Pointwise::Celu
         | Pointwise::BitwiseNot
         | Pointwise::LogSigmoid => 1,
         Pointwise::Add
@@ -127,6 +128,7 @@ pub(crate) fn arity(op: Pointwise) -> Option<usize> {
         | Pointwise::ShrinkBackward
         | Pointwise::Xlogy
         | Pointwise::EluBackward
+        | Pointwise::CeluBackward
         | Pointwise::BitwiseAnd
         | Pointwise::BitwiseOr
         | Pointwise::BitwiseXor
@@ -405,6 +407,9 @@ unsafe fn compute_any(op: Pointwise, [x, y]: [f32; 2], [a, b, c]: [*const f32; 3
             Pointwise::Elu => map1(n, a, o, |a| if a > 0.0 { y * a } else { y * x * a.exp_m1() }),
             // (grad, self): the gradient of elu at self.
             Pointwise::EluBackward => map2(n, a, b, o, |grad, s| if s > 0.0 { grad * y } else { grad * y * x * s.exp() }),
+            // CELU: the input scaled by `y` inside the exponential only.
+            Pointwise::Celu => map1(n, a, o, |a| if a > 0.0 { a } else { x * (a * y).exp_m1() }),
+            Pointwise::CeluBackward => map2(n, a, b, o, |grad, s| if s > 0.0 { grad } else { grad * y * x * (s * y).exp() }),
             // CPU's forms: min(x, 0) - log1p(exp(-|x|)), and its gradient from z = exp(-|x|).
             Pointwise::LogSigmoid => map1(n, a, o, |a| a.min(0.0) - (-a.abs()).exp().ln_1p()),
             Pointwise::LogSigmoidBackward => map2(n, a, b, o, |grad, s| {

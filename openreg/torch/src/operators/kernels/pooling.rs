@@ -1,27 +1,41 @@
-//! 2-D pooling over contiguous `[planes, height, width]` operands (a plane is one channel of
-//! one sample): max pooling with the indices backward needs, average pooling, adaptive
-//! average pooling, and their backwards. Windows, padding and divisors follow CPU's kernels
-//! exactly, NaN included (a NaN wins a max window).
+//! Pooling over contiguous `[planes, depth, height, width]` operands (a plane is one channel
+//! of one sample; 2-D pooling has depth 1): max pooling with the indices backward needs,
+//! average pooling, adaptive average and max pooling, and their backwards. Windows, padding and
+//! divisors follow CPU's kernels exactly, NaN included (a NaN wins a max window).
 
 use super::dtype::{Dtype, read, write};
 use super::pool;
-use crate::ffi::ffi::{Pool2d, PoolShape};
+use crate::ffi::ffi::{Pool, PoolShape};
 
 /// An operand: runtime address and dtype (`None`: the int64 indices).
 pub(crate) type Slot = (usize, Option<Dtype>);
 
 /// The operands of `op`, output first.
-pub(crate) fn operands(op: Pool2d) -> usize {
+pub(crate) fn operands(op: Pool) -> usize {
     match op {
-        Pool2d::MaxForward => 3,  // out, indices | input
-        Pool2d::MaxBackward => 3, // grad_input | grad_out, indices
-        _ => 2,                   // out | input, or grad_input | grad_out
+        Pool::MaxForward | Pool::AdaptiveMaxForward => 3,   // out, indices | input
+        Pool::MaxBackward | Pool::AdaptiveMaxBackward => 3, // grad_input | grad_out, indices
+        _ => 2,                                             // out | input, or grad_input | grad_out
     }
+}
+
+/// The int64 indices' position among `op`'s operands, if it has them.
+pub(crate) fn indices_slot(op: Pool) -> Option<usize> {
+    match op {
+        Pool::MaxForward | Pool::AdaptiveMaxForward => Some(1),
+        Pool::MaxBackward | Pool::AdaptiveMaxBackward => Some(2),
+        _ => None,
+    }
+}
+
+/// Whether `op` is a backward (grad_input first, grad_out second).
+pub(crate) fn is_backward(op: Pool) -> bool {
+    matches!(op, Pool::MaxBackward | Pool::AvgBackward | Pool::AdaptiveAvgBackward | Pool::AdaptiveMaxBackward)
 }
 
 #[derive(Clone)] // a graph replays a captured kernel
 pub(crate) struct Pooling {
-    pub op: Pool2d,
+    pub op: Pool,
     pub shape: PoolShape,
     pub slots: Vec<Slot>,
 }
@@ -36,19 +50,20 @@ struct Window {
 
 // ANCHOR: windows
 impl Pooling {
-    /// Output `o`'s window along dimension `d`, and the count an average divides by there.
+    /// Output `o`'s window along dimension `d` (0 depth, 1 height, 2 width), and the count an
+    /// average divides by there.
     fn window(&self, d: usize, o: usize) -> (Window, usize) {
         let s = &self.shape;
         let (input, output) = (s.input[d], s.output[d]);
         match self.op {
-            Pool2d::AdaptiveAvgForward | Pool2d::AdaptiveAvgBackward => {
+            Pool::AdaptiveAvgForward | Pool::AdaptiveAvgBackward | Pool::AdaptiveMaxForward | Pool::AdaptiveMaxBackward => {
                 // floor(o * in / out) .. ceil((o + 1) * in / out)
                 let (o, i, n) = (o as i64, input, output);
                 let start = o * i / n;
                 let end = ((o + 1) * i + n - 1) / n;
                 (Window { start: start as usize, end: end as usize, step: 1 }, (end - start) as usize)
             }
-            Pool2d::MaxForward | Pool2d::MaxBackward => {
+            Pool::MaxForward | Pool::MaxBackward => {
                 let (k, st, p, dil) = (s.kernel[d], s.stride[d], s.padding[d], s.dilation[d]);
                 let mut start = o as i64 * st - p;
                 let end = (start + (k - 1) * dil + 1).min(input);
@@ -73,36 +88,53 @@ impl Pooling {
     pub(crate) fn run(&self) {
         let s = &self.shape;
         let planes = s.planes.max(0) as usize;
-        let (ih, iw) = (s.input[0] as usize, s.input[1] as usize);
-        let (oh, ow) = (s.output[0] as usize, s.output[1] as usize);
-        let (ip, op) = (ih * iw, oh * ow);
-        let rows: Vec<_> = (0..oh).map(|o| self.window(0, o)).collect();
-        let cols: Vec<_> = (0..ow).map(|o| self.window(1, o)).collect();
+        let [id, ih, iw] = s.input.map(|v| v as usize);
+        let [od, oh, ow] = s.output.map(|v| v as usize);
+        let (ip, op) = (id * ih * iw, od * oh * ow);
+        let windows = |d: usize, n: usize| -> Vec<_> { (0..n).map(|o| self.window(d, o)).collect() };
+        let (deps, rows, cols) = (windows(0, od), windows(1, oh), windows(2, ow));
         let parts = pool::threads().min((planes * (ip + op)).div_ceil(1 << 15)).min(planes).max(1);
-        let backward = matches!(self.op, Pool2d::MaxBackward | Pool2d::AvgBackward | Pool2d::AdaptiveAvgBackward);
+        let max = matches!(self.op, Pool::MaxForward | Pool::AdaptiveMaxForward | Pool::MaxBackward | Pool::AdaptiveMaxBackward);
+        // 2-D max pooling (one depth tap) takes the row-wise kernel below.
+        let flat = self.op == Pool::MaxForward && id == 1 && od == 1;
         let divide = |count: usize| if s.divisor != 0 { s.divisor as f32 } else { count as f32 };
         pool::run(parts, |p| {
             let (mut a, mut b) = (Vec::new(), Vec::new());
             for plane in pool::share(p, parts, planes) {
                 // SAFETY: one plane of each operand, disjoint per part; sizes checked at launch.
                 unsafe {
-                    if !backward {
+                    if !is_backward(self.op) {
                         let (out, input) = (self.float(0), self.float(self.slots.len() - 1));
                         let x = read(input, plane * ip, ip, &mut a);
                         write(out, plane * op, op, &mut b, |y| {
-                            if self.op == Pool2d::MaxForward {
+                            if max {
                                 let indices = std::slice::from_raw_parts_mut((self.slots[1].0 as *mut i64).add(plane * op), op);
-                                return self.max_plane(x, iw, &rows, &cols, y, indices);
-                            }
-                            for (r, (wr, cr)) in rows.iter().enumerate() {
-                                for (c, (wc, cc)) in cols.iter().enumerate() {
-                                    y[r * ow + c] = {
-                                        let mut total = 0.0f32;
-                                        for h in (wr.start..wr.end).step_by(wr.step) {
-                                            total += x[h * iw + wc.start..h * iw + wc.end].iter().sum::<f32>();
+                                if flat {
+                                    return self.max_plane(x, iw, &rows, &cols, y, indices);
+                                }
+                                for (t, (wd, _)) in deps.iter().enumerate() {
+                                    for (r, (wr, _)) in rows.iter().enumerate() {
+                                        for (c, (wc, _)) in cols.iter().enumerate() {
+                                            let (v, at) = max_window(x, [ih, iw], [wd, wr, wc]);
+                                            (y[(t * oh + r) * ow + c], indices[(t * oh + r) * ow + c]) = (v, at as i64);
                                         }
-                                        if wr.start >= wr.end || wc.start >= wc.end { 0.0 } else { total / divide(cr * cc) }
-                                    };
+                                    }
+                                }
+                                return;
+                            }
+                            for (t, (wd, cd)) in deps.iter().enumerate() {
+                                for (r, (wr, cr)) in rows.iter().enumerate() {
+                                    for (c, (wc, cc)) in cols.iter().enumerate() {
+                                        let mut total = 0.0f32;
+                                        for d in wd.start..wd.end {
+                                            for h in wr.start..wr.end {
+                                                let row = (d * ih + h) * iw;
+                                                total += x[row + wc.start..row + wc.end].iter().sum::<f32>();
+                                            }
+                                        }
+                                        let empty = wd.start >= wd.end || wr.start >= wr.end || wc.start >= wc.end;
+                                        y[(t * oh + r) * ow + c] = if empty { 0.0 } else { total / divide(cd * cr * cc) };
+                                    }
                                 }
                             }
                         });
@@ -111,7 +143,7 @@ impl Pooling {
                         let dy = read(grad_out, plane * op, op, &mut a);
                         write(grad_input, plane * ip, ip, &mut b, |gi| {
                             gi.fill(0.0);
-                            if self.op == Pool2d::MaxBackward {
+                            if max {
                                 let indices = std::slice::from_raw_parts((self.slots[2].0 as *const i64).add(plane * op), op);
                                 for (&at, &g) in indices.iter().zip(dy) {
                                     // An index outside the plane is a caller's error, not a crash.
@@ -121,12 +153,17 @@ impl Pooling {
                                 }
                                 return;
                             }
-                            for (r, (wr, cr)) in rows.iter().enumerate() {
-                                for (c, (wc, cc)) in cols.iter().enumerate() {
-                                    let g = dy[r * ow + c] / divide(cr * cc);
-                                    for h in wr.start..wr.end {
-                                        for v in &mut gi[h * iw + wc.start..h * iw + wc.end] {
-                                            *v += g;
+                            for (t, (wd, cd)) in deps.iter().enumerate() {
+                                for (r, (wr, cr)) in rows.iter().enumerate() {
+                                    for (c, (wc, cc)) in cols.iter().enumerate() {
+                                        let g = dy[(t * oh + r) * ow + c] / divide(cd * cr * cc);
+                                        for d in wd.start..wd.end {
+                                            for h in wr.start..wr.end {
+                                                let row = (d * ih + h) * iw;
+                                                for v in &mut gi[row + wc.start..row + wc.end] {
+                                                    *v += g;
+                                                }
+                                            }
                                         }
                                     }
                                 }
@@ -145,7 +182,7 @@ impl Pooling {
     /// short loop per tap instead of a window walk per output. Edge columns take [`max_window`].
     fn max_plane(&self, x: &[f32], iw: usize, rows: &[(Window, usize)], cols: &[(Window, usize)], y: &mut [f32], indices: &mut [i64]) {
         let s = &self.shape;
-        let (k, stride, pad, dil) = (s.kernel[1], s.stride[1], s.padding[1], s.dilation[1]);
+        let (k, stride, pad, dil) = (s.kernel[2], s.stride[2], s.padding[2], s.dilation[2]);
         let ow = cols.len();
         // Interior: c * stride - pad >= 0 and c * stride - pad + (k - 1) * dil < iw.
         let lo = ((pad + stride - 1) / stride).clamp(0, ow as i64) as usize;
@@ -153,7 +190,7 @@ impl Pooling {
         let hi = if last < 0 { lo } else { (last / stride + 1).clamp(lo as i64, ow as i64) as usize };
         for (r, (wr, _)) in rows.iter().enumerate() {
             for c in (0..lo).chain(hi..ow) {
-                let (v, at) = max_window(x, iw, wr, &cols[c].0);
+                let (v, at) = max_window(x, [1, iw], [&Window { start: 0, end: 1, step: 1 }, wr, &cols[c].0]);
                 (y[r * ow + c], indices[r * ow + c]) = (v, at as i64);
             }
         }
@@ -301,17 +338,20 @@ fn tiled<const K: usize>(x: &[f32], iw: usize, wr: &Window, first: usize, y: &mu
     }
 }
 
-/// The largest element of a window (a NaN wins; the last one, as on CPU) and its index in the plane; CPU's first tap
-/// when the window is empty.
-fn max_window(x: &[f32], width: usize, rows: &Window, cols: &Window) -> (f32, usize) {
-    let (mut best, mut at) = (f32::NEG_INFINITY, rows.start * width + cols.start);
-    for h in (rows.start..rows.end).step_by(rows.step) {
-        for w in (cols.start..cols.end).step_by(cols.step) {
-            let v = x[h * width + w];
-            if v > best || v.is_nan() {
-                (best, at) = (v, h * width + w);
+/// The largest element of a window (a NaN wins; the last one, as on CPU) and its index in the
+/// volume of `[height, width]` planes; CPU's first tap when the window is empty.
+fn max_window(x: &[f32], [height, width]: [usize; 2], [deps, rows, cols]: [&Window; 3]) -> (f32, usize) {
+    let at = |d: usize, h: usize, w: usize| (d * height + h) * width + w;
+    let (mut best, mut first) = (f32::NEG_INFINITY, at(deps.start, rows.start, cols.start));
+    for d in (deps.start..deps.end).step_by(deps.step) {
+        for h in (rows.start..rows.end).step_by(rows.step) {
+            for w in (cols.start..cols.end).step_by(cols.step) {
+                let v = x[at(d, h, w)];
+                if v > best || v.is_nan() {
+                    (best, first) = (v, at(d, h, w));
+                }
             }
         }
     }
-    (best, at)
+    (best, first)
 }
