@@ -169,7 +169,8 @@ def test_other_dtypes_and_bad_input_go_to_cpu_kernels():
     assert torch.isnan(torch.clamp(torch.ones(3).openreg(), min=float("nan")).cpu()).all()
     x = torch.ones(3).openreg()
     torch.openreg.reset_fallback_counts()
-    torch.nn.functional.celu(x, alpha=2.0)  # CELU's input scale (1 / alpha): CPU's kernel, counted
+    # elu with both a scale and an input scale (neither ELU, SELU nor CELU): CPU's kernel, counted
+    torch.testing.assert_close(torch.ops.aten.elu(x, 1.0, 2.0, 0.5).cpu(), torch.ops.aten.elu(torch.ones(3), 1.0, 2.0, 0.5))
     assert "aten::elu" in torch.openreg.fallback_counts()
     with pytest.raises(RuntimeError, match="not implemented for 'Float'"):
         torch.ones(2).openreg() | torch.ones(2).openreg()
