@@ -109,10 +109,45 @@ def test_sdpa_falls_back_to_math_where_the_kernel_does_not_apply():
     import torch.nn.functional as F
     q = torch.randn(1, 2, 4, 8).openreg()
     assert torch._fused_sdp_choice(q, q, q, dropout_p=0.5) == 4  # dropout is ours too
-    assert torch._fused_sdp_choice(q, q, q, enable_gqa=True) == 0  # MATH
+    assert torch._fused_sdp_choice(q, q, q, enable_gqa=True) == 4  # one group per head
+    k = torch.randn(1, 3, 4, 8).openreg()
+    assert torch._fused_sdp_choice(q, k, k, enable_gqa=True) == 0  # 2 heads over 3: MATH's error
+    with pytest.raises(RuntimeError):
+        F.scaled_dot_product_attention(q, k, k, enable_gqa=True)
+    assert torch._fused_sdp_choice(q, k[:, :1], k[:, :1]) == 0  # heads differ without enable_gqa
     assert torch._fused_sdp_choice(q.double(), q.double(), q.double()) == 0
     out = F.scaled_dot_product_attention(q.double(), q.double(), q.double())
     torch.testing.assert_close(out.cpu(), F.scaled_dot_product_attention(*[q.cpu().double()] * 3))
+
+
+@pytest.mark.parametrize("device", ["openreg:0", "openreg:1"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("causal,masked", [(False, False), (True, False), (False, True)])
+@pytest.mark.parametrize("query_len", [1, 5])
+def test_sdpa_grouped_query_attention_matches_cpu(query_len, causal, masked, dtype, device):
+    """Grouped-query attention (6 query heads over 2 key/value heads, as Llama's KV cache has
+    them) in the fused kernel, forward and backward, against CPU's sdpa with enable_gqa."""
+    import torch.nn.functional as F
+    torch.manual_seed(0)
+    q = torch.randn(2, 6, query_len, 8).to(dtype)
+    k, v = (torch.randn(2, 2, 7, 8).to(dtype) for _ in range(2))
+    mask = torch.rand(query_len, 7) > 0.3 if masked else None
+    if mask is not None:
+        mask[:, 0] = True  # no row masked entirely
+    cpu = [t.float().clone().requires_grad_() for t in (q, k, v)]
+    dev = [t.to(device).requires_grad_() for t in (q, k, v)]
+    want = F.scaled_dot_product_attention(*cpu, attn_mask=mask, is_causal=causal and query_len > 1, enable_gqa=True)
+    got = F.scaled_dot_product_attention(*dev, attn_mask=None if mask is None else mask.to(device),
+                                         is_causal=causal and query_len > 1, enable_gqa=True)
+    assert type(got.grad_fn).__name__ == "ScaledDotProductFusedAttentionOverrideableBackward0"
+    tol = dict(rtol=1e-5, atol=1e-5) if dtype == torch.float32 else dict(rtol=3e-2, atol=3e-2)
+    torch.testing.assert_close(got.detach().cpu().float(), want.detach(), **tol)
+    grad = torch.randn(want.shape)
+    want.backward(grad)
+    got.backward(grad.to(dtype).to(device))
+    for d, c in zip(dev, cpu):
+        assert d.grad.shape == c.grad.shape
+        torch.testing.assert_close(d.grad.cpu().float(), c.grad, **tol)
 
 
 @pytest.mark.parametrize("device", ["openreg:0", "openreg:1"])

@@ -1,7 +1,11 @@
 // Scaled dot-product attention through PyTorch's "overrideable" backend slot: our
 // _fused_sdp_choice picks it for the cases handled here (and MATH otherwise), and the
 // forward and backward are composed of device operators (matrix products in gemm,
-// elementwise in the Rust kernels), in float32 whatever the input dtype.
+// elementwise in the Rust kernels), in float32 whatever the input dtype. Grouped-query
+// attention (fewer key/value heads than query heads) reaches the overrideable kernel with the
+// key and value as they are: each key/value head serves a run of consecutive query heads, so
+// those query heads are stacked along the sequence and share one product, with no copy of K
+// or V.
 
 #include "operators/Structured.h"
 #include "runtime/Generator.h"
@@ -35,13 +39,29 @@ int64_t fused_sdp_choice(const at::Tensor& q, const at::Tensor& k, const at::Ten
                          const std::optional<at::Tensor>& mask, double dropout_p, bool is_causal,
                          std::optional<double> scale, bool enable_gqa) {
   const auto dtype = q.scalar_type();
-  const bool handled = dropout_p >= 0.0 && dropout_p < 1.0 && !enable_gqa && q.dim() == 4 && k.dim() == 4 &&
-                       v.dim() == 4 && k.scalar_type() == dtype && v.scalar_type() == dtype &&
-                       (dtype == at::kFloat || dtype == at::kHalf || dtype == at::kBFloat16) &&
-                       q.size(0) == k.size(0) && q.size(1) == k.size(1);
+  const bool shapes = q.dim() == 4 && k.dim() == 4 && v.dim() == 4 && q.size(0) == k.size(0) &&
+                      k.size(1) == v.size(1);
+  // Without enable_gqa the heads must match; with it, the query heads split evenly over the
+  // key/value heads (otherwise the math path raises PyTorch's error).
+  const bool heads = shapes && (q.size(1) == k.size(1) ||
+                                (enable_gqa && k.size(1) > 0 && q.size(1) % k.size(1) == 0));
+  const bool handled = dropout_p >= 0.0 && dropout_p < 1.0 && heads && k.scalar_type() == dtype &&
+                       v.scalar_type() == dtype &&
+                       (dtype == at::kFloat || dtype == at::kHalf || dtype == at::kBFloat16);
   return handled ? kOverrideable : kMath;
 }
 // ANCHOR_END: choice
+
+// [B, H, L, X] as [B, heads, (H / heads) * L, X]: the query heads that share a key/value head
+// stacked along the sequence (a view when H == heads).
+at::Tensor grouped(const at::Tensor& t, int64_t heads) {
+  return t.reshape({t.size(0), heads, t.size(1) / heads * t.size(2), t.size(3)});
+}
+
+// The inverse: [B, heads, g * L, X] back to [B, heads * g, L, X].
+at::Tensor ungrouped(const at::Tensor& t, int64_t query_heads) {
+  return t.reshape({t.size(0), query_heads, t.size(1) * t.size(2) / query_heads, t.size(3)});
+}
 
 double scale_of(const at::Tensor& q, std::optional<double> scale) {
   return scale.value_or(1.0 / std::sqrt(static_cast<double>(q.size(-1))));
@@ -50,7 +70,8 @@ double scale_of(const at::Tensor& q, std::optional<double> scale) {
 // Q K^T * scale, plus the mask (boolean: false means masked out) and the causal mask, in float32.
 at::Tensor scores(const at::Tensor& q, const at::Tensor& k, const std::optional<at::Tensor>& bias,
                   bool is_causal, double scale) {
-  at::Tensor s = at::matmul(q.to(at::kFloat), k.to(at::kFloat).transpose(-2, -1)).mul_(scale);
+  at::Tensor s = ungrouped(at::matmul(grouped(q.to(at::kFloat), k.size(1)), k.to(at::kFloat).transpose(-2, -1)),
+                           q.size(1)).mul_(scale);
   const double inf = std::numeric_limits<double>::infinity();
   if (is_causal) {
     const int64_t l = q.size(-2), n = k.size(-2);
@@ -142,7 +163,8 @@ attention_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
     draw = call([&] { return generator_reserve(generator_for(std::nullopt, q.device())->state(), 4, index); });
     p = dropped(p, draw.seed, draw.offset, dropout_p);
   }
-  at::Tensor out = with_layout_of(q, at::matmul(p, v.to(at::kFloat)).to(q.scalar_type()));
+  const at::Tensor pv = ungrouped(at::matmul(grouped(p, v.size(1)), v.to(at::kFloat)), q.size(1));
+  at::Tensor out = with_layout_of(q, pv.to(q.scalar_type()));
   at::Tensor debug = return_debug_mask ? p : at::empty({0}, q.options());
   return {out, lse, at::Tensor(), at::Tensor(), q.sym_size(-2), k.sym_size(-2),
           at::scalar_tensor(static_cast<int64_t>(draw.seed), at::kLong),
@@ -174,15 +196,18 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> attention_backward(
                                 &drop_mask)
                       : p;
   // dS = P * (dP - rowsum(dP * P)), with dP = dO V^T: softmax's own backward, one kernel.
-  at::Tensor d_p = at::matmul(d_out, vf.transpose(-2, -1));
+  const int64_t heads = k.size(1), query_heads = q.size(1);
+  at::Tensor d_p = ungrouped(at::matmul(grouped(d_out, heads), vf.transpose(-2, -1)), query_heads);
   if (dropout_p > 0.0) {
     d_p = dropout_backward(d_p, drop_mask, 1.0 / (1.0 - dropout_p));
   }
   const at::Tensor d_s = at::_softmax_backward_data(d_p, p, -1, at::kFloat);
   at::Tensor gq, gk, gv, gb;
-  if (mask[0]) gq = at::matmul(d_s, kf).mul_(sc).to(q.scalar_type());
-  if (mask[1]) gk = at::matmul(d_s.transpose(-2, -1), qf).mul_(sc).to(k.scalar_type());
-  if (mask[2]) gv = at::matmul(kept.transpose(-2, -1), d_out).to(v.scalar_type());
+  // Grouped, dK and dV sum over the query heads that share a key/value head.
+  const at::Tensor d_s_grouped = grouped(d_s, heads);
+  if (mask[0]) gq = ungrouped(at::matmul(d_s_grouped, kf), query_heads).mul_(sc).to(q.scalar_type());
+  if (mask[1]) gk = at::matmul(d_s_grouped.transpose(-2, -1), grouped(qf, heads)).mul_(sc).to(k.scalar_type());
+  if (mask[2]) gv = at::matmul(grouped(kept, heads).transpose(-2, -1), grouped(d_out, heads)).to(v.scalar_type());
   if (mask[3] && bias.defined() && bias.scalar_type() != at::kBool) {
     gb = d_s.sum_to_size(bias.sizes()).to(bias.scalar_type());
   }
