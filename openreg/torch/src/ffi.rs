@@ -13,7 +13,7 @@ use crate::error::last_error_kind;
 use crate::operators::fallback::record_fallback;
 use crate::operators::kernels::{
     embedding_backward, index_select, launch_abs_f32, launch_amp_unscale, launch_dropout, launch_dropout_at, launch_multinomial, launch_index_put, launch_arange, launch_fill_int, launch_arg_extremum, launch_cumsum, launch_triangle, launch_qr, launch_random, launch_randperm, launch_amp_update_scale, launch_convolution, launch_foreach, launch_fused_step,
-    launch_lstm_layer, launch_matmul, launch_loss, launch_norm, launch_pointwise, launch_pool, launch_reduction, launch_rnn_cell, launch_same_shape,
+    launch_lstm_layer, launch_matmul, launch_attention, launch_loss, launch_norm, launch_pointwise, launch_pool, launch_reduction, launch_rnn_cell, launch_same_shape,
     launch_softmax, nll_loss_backward, nll_loss_forward,
 };
 use crate::runtime::host_allocator::{
@@ -345,6 +345,24 @@ pub(crate) mod ffi {
         divisor: i64,
     }
 
+    /// Scaled dot-product attention (`kernels/attention.rs`) over contiguous `[batch, heads,
+    /// rows, dim]` operands; `kv_heads` divides `heads` (grouped-query attention). The mask,
+    /// if any, is read at `mask_strides` (0 along broadcast dimensions) over [batch, heads,
+    /// query_len, key_len].
+    #[derive(Debug, Clone, Copy)]
+    struct AttentionShape {
+        batch: i64,
+        heads: i64,
+        kv_heads: i64,
+        query_len: i64,
+        key_len: i64,
+        head_dim: i64,
+        value_dim: i64,
+        scale: f64,
+        causal: bool,
+        mask_strides: [i64; 4],
+    }
+
     /// A loss computed row by row on the host thread after the stream drains, like the NLL
     /// loss (`kernels/margin.rs`, `kernels/ctc.rs`).
     #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -614,6 +632,9 @@ pub(crate) mod ffi {
         fn launch_norm(op: Norm, shape: NormShape, operands: &[Dense], device: i64) -> Result<bool>;
         /// `operands` in `kernels/pooling.rs`'s order; false if a dtype is not ours.
         fn launch_pool(op: Pool, shape: PoolShape, operands: &[Dense], device: i64) -> Result<bool>;
+        /// Attention's forward (operands: out, lse | q, k, v) or backward (dq, dk, dv | grad_out,
+        /// q, k, v, out, lse); `mask` absent (address 0), boolean or additive. False: not ours.
+        fn launch_attention(backward: bool, shape: AttentionShape, operands: &[Dense], mask: Dense, device: i64) -> Result<bool>;
         /// `operands` in `Loss`'s order; `lengths`: CTC's input lengths then target lengths.
         /// False if a dtype is not ours.
         fn launch_loss(op: Loss, args: LossArgs, operands: &[Dense], lengths: &[i64], device: i64) -> Result<bool>;

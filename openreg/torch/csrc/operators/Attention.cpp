@@ -140,6 +140,47 @@ at::Tensor dropout_backward(const at::Tensor& grad, const at::Tensor& mask, doub
 }
 // ANCHOR_END: dropout
 
+// The Rust kernel (kernels/attention.rs) walks a query row at a time: for the short rows of
+// decoding and small models it beats a chain of device operators; long rows are the matrix
+// kernel's (our CPU tuning: a vendor's kernel tiles instead). It takes no dropout, and no bias
+// whose gradient is asked for (its backward does not form dS).
+constexpr int64_t kRowKernelScores = 1 << 14;
+
+bool row_kernel_applies(const at::Tensor& q, const at::Tensor& k, const std::optional<at::Tensor>& bias,
+                        double dropout_p) {
+  const int64_t l = q.size(-2), n = k.size(-2);
+  return dropout_p == 0.0 && n > 0 && l * n <= kRowKernelScores &&
+         (!bias || !bias->defined() || bias->dim() <= 4);
+}
+
+AttentionShape attention_shape(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                               const at::Tensor& mask, bool is_causal, double scale) {
+  AttentionShape a{};
+  a.batch = q.size(0);
+  a.heads = q.size(1);
+  a.kv_heads = k.size(1);
+  a.query_len = q.size(2);
+  a.key_len = k.size(2);
+  a.head_dim = q.size(3);
+  a.value_dim = v.size(3);
+  a.scale = scale;
+  a.causal = is_causal;
+  if (mask.defined()) {
+    for (size_t d = 0; d < 4; ++d) {
+      a.mask_strides[d] = mask.stride(d);
+    }
+  }
+  return a;
+}
+
+// The bias broadcast to [batch, heads, query_len, key_len] (strides 0 where it broadcasts).
+at::Tensor expanded_mask(const std::optional<at::Tensor>& bias, const at::Tensor& q, const at::Tensor& k) {
+  if (!bias || !bias->defined()) {
+    return at::Tensor();
+  }
+  return bias->expand({q.size(0), q.size(1), q.size(2), k.size(2)});
+}
+
 // ANCHOR: forward
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, c10::SymInt, c10::SymInt, at::Tensor,
            at::Tensor, at::Tensor>
@@ -148,6 +189,25 @@ attention_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                   bool return_debug_mask, std::optional<double> scale) {
   TORCH_CHECK(dropout_p >= 0.0 && dropout_p < 1.0,
               "openreg's fused attention takes a dropout probability in [0, 1); got ", dropout_p);
+  if (row_kernel_applies(q, k, bias, dropout_p)) {
+    const at::Tensor mask = expanded_mask(bias, q, k);
+    at::Tensor out = at::empty({q.size(0), q.size(1), q.size(2), v.size(3)}, q.options());
+    at::Tensor lse = at::empty({q.size(0), q.size(1), q.size(2)}, q.options().dtype(at::kFloat));
+    const at::Tensor operands[] = {out, lse, q.contiguous(), k.contiguous(), v.contiguous()};
+    Dense slots[5];
+    for (int i = 0; i < 5; ++i) {
+      slots[i] = dense(operands[i]);
+    }
+    const bool done = call([&] {
+      return launch_attention(false, attention_shape(q, k, v, mask, is_causal, scale_of(q, scale)),
+                              {slots, 5}, dense(mask), q.device().index());
+    });
+    if (done) {
+      return {with_layout_of(q, out), lse, at::Tensor(), at::Tensor(), q.sym_size(-2), k.sym_size(-2),
+              at::scalar_tensor(int64_t{0}, at::kLong), at::scalar_tensor(int64_t{0}, at::kLong),
+              at::empty({0}, q.options())};
+    }
+  }
   const at::Tensor s = scores(q, k, bias, is_causal, scale_of(q, scale)).contiguous();
   // The probabilities and, per query row, the softmax's normaliser log Σ exp(s) (which the
   // backward gets back): one pass of the softmax kernel, which has both on the way. A row
@@ -183,8 +243,28 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> attention_backward(
   TORCH_CHECK(dropout_p >= 0.0 && dropout_p < 1.0,
               "openreg's fused attention takes a dropout probability in [0, 1); got ", dropout_p);
   const double sc = scale_of(q, scale);
-  const at::Tensor s = scores(q, k, bias.defined() ? std::optional(bias) : std::nullopt,
-                              is_causal, sc);
+  const std::optional<at::Tensor> bias_opt = bias.defined() ? std::optional(bias) : std::nullopt;
+  const bool bias_grad = mask[3] && bias.defined() && bias.scalar_type() != at::kBool;
+  if (row_kernel_applies(q, k, bias_opt, dropout_p) && !bias_grad) {
+    const at::Tensor m = expanded_mask(bias_opt, q, k);
+    at::Tensor gq = at::empty(q.sizes(), q.options()), gk = at::empty(k.sizes(), k.options()),
+               gv = at::empty(v.sizes(), v.options());
+    const at::Tensor operands[] = {gq, gk, gv, grad_out.contiguous(), q.contiguous(), k.contiguous(),
+                                   v.contiguous(), out.contiguous(), lse.to(at::kFloat).contiguous()};
+    Dense slots[9];
+    for (int i = 0; i < 9; ++i) {
+      slots[i] = dense(operands[i]);
+    }
+    const bool done = call([&] {
+      return launch_attention(true, attention_shape(q, k, v, m, is_causal, sc), {slots, 9}, dense(m),
+                              q.device().index());
+    });
+    if (done) {
+      return {mask[0] ? gq : at::Tensor(), mask[1] ? gk : at::Tensor(), mask[2] ? gv : at::Tensor(),
+              at::Tensor()};
+    }
+  }
+  const at::Tensor s = scores(q, k, bias_opt, is_causal, sc);
   const at::Tensor p = s.sub(lse.unsqueeze(-1)).exp_();  // the forward's probabilities
   const at::Tensor d_out = grad_out.to(at::kFloat);
   const at::Tensor qf = q.to(at::kFloat), kf = k.to(at::kFloat), vf = v.to(at::kFloat);

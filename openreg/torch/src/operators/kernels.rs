@@ -3,6 +3,7 @@
 //! launched, and runs later on the stream's worker (or at once, when the stream is idle and
 //! the work is small: a thread hop would cost more than the kernel).
 
+mod attention;
 mod conv;
 mod ctc;
 mod dropout;
@@ -36,7 +37,7 @@ use rayon::prelude::*;
 
 use crate::error::{Failure, Result};
 use crate::ffi::ffi::{
-    Cell, Conv, ConvShape, Dense, LstmShape, Fused, FusedArgs, Loss, LossArgs, Matrix, NllLoss, Norm, NormShape, Pointwise, Pool, PoolShape,
+    AttentionShape, Cell, Conv, ConvShape, Dense, LstmShape, Fused, FusedArgs, Loss, LossArgs, Matrix, NllLoss, Norm, NormShape, Pointwise, Pool, PoolShape,
     RandomOp, Reduction, Softmax,
 };
 use crate::runtime::generator::{Draw, PhiloxGenerator};
@@ -1308,5 +1309,51 @@ pub(crate) fn launch_loss(op: Loss, args: LossArgs, operands: &[Dense], lengths:
         }
         _ => return Ok(false),
     }
+    Ok(true)
+}
+
+/// Launches attention's forward or backward (`kernels/attention.rs`). Every float operand of
+/// one dtype but the float32 log-sum-exp; the mask boolean or of the operands' dtype. False,
+/// having done nothing, if a dtype is not ours.
+pub(crate) fn launch_attention(backward: bool, shape: AttentionShape, operands: &[Dense], mask: Dense, device: i64) -> Result<bool> {
+    let invalid = |what: String| Failure::from(rt::Error::InvalidValue(format!("attention: {what}")));
+    let s = &shape;
+    let dims = [s.batch, s.heads, s.kv_heads, s.query_len, s.key_len, s.head_dim, s.value_dim];
+    if dims.iter().any(|&v| v < 0) || s.kv_heads == 0 || s.heads % s.kv_heads != 0 || s.mask_strides.iter().any(|&v| v < 0) {
+        return Err(invalid(format!("invalid shape {shape:?}")));
+    }
+    let [b, h, hkv, l, n, d, dv] = dims.map(|v| v as usize);
+    let (q, k, v, o, lse) = (b * h * l * d, b * hkv * n * d, b * hkv * n * dv, b * h * l * dv, b * h * l);
+    let sizes: &[usize] = if backward { &[q, k, v, o, q, k, v, o, lse] } else { &[o, lse, q, k, v] };
+    let lse_at = if backward { 8 } else { 1 };
+    if operands.len() != sizes.len() {
+        return Err(invalid(format!("{} operands expected, got {}", sizes.len(), operands.len())));
+    }
+    let Some(dtype) = Dtype::from_code(operands[0].dtype) else { return Ok(false) };
+    let mut slots = Vec::with_capacity(sizes.len());
+    for (i, (t, &size)) in operands.iter().zip(sizes).enumerate() {
+        let want = if i == lse_at { Dtype::Float } else { dtype };
+        if !t.dtype_is(want) {
+            return Ok(false);
+        }
+        if t.numel != size {
+            return Err(invalid(format!("operand {i} has {} elements, {size} expected", t.numel)));
+        }
+        slots.push((dense(t, want)?, want));
+    }
+    let mask = if mask.data == 0 {
+        None
+    } else {
+        let Some(mt) = Dtype::elementwise(mask.dtype).filter(|&m| m == Dtype::Bool || m == dtype) else { return Ok(false) };
+        // The last element the strides reach, over [batch, heads, query_len, key_len].
+        let extent = [b, h, l, n].iter().zip(s.mask_strides).map(|(&size, st)| size.saturating_sub(1) * st as usize).sum::<usize>() + 1;
+        let empty = b * h * l * n == 0;
+        Some((if empty { 0 } else { view(mask.data, extent * mt.size(), &[mask.storage, mask.storage_len])? }, mt))
+    };
+    if o == 0 && (!backward || k + v == 0) {
+        return Ok(true);
+    }
+    let work = attention::Attention { shape, slots, mask };
+    launch(device, q + k + v + o, move || work.run(backward))?;
     Ok(true)
 }

@@ -1,0 +1,197 @@
+//! Scaled dot-product attention, forward and backward, one query row at a time (the way a
+//! flash-attention kernel walks it, without the tiling a GPU needs): the scores of a row, its
+//! softmax and its log-sum-exp (kept for the backward), in float32 whatever the dtype. Query
+//! heads that share a key/value head (grouped-query attention) are one unit of work, so the
+//! key/value gradients of a group are summed without races.
+
+use super::dtype::{self, Dtype, read, write};
+use super::pool;
+use crate::ffi::ffi::AttentionShape;
+
+/// An operand: runtime address and dtype.
+pub(crate) type Slot = (usize, Dtype);
+
+#[derive(Clone)] // a graph replays a captured kernel
+pub(crate) struct Attention {
+    pub shape: AttentionShape,
+    /// Forward: out, lse | q, k, v. Backward: dq, dk, dv | grad_out, q, k, v, out, lse.
+    pub slots: Vec<Slot>,
+    /// A boolean mask (false: masked out) or an additive bias, at `shape.mask_strides`.
+    pub mask: Option<Slot>,
+}
+
+fn dot(a: &[f32], b: &[f32]) -> f32 {
+    // Eight partial sums: the compiler keeps them in one vector register.
+    let mut acc = [0f32; 8];
+    let (ac, ar) = a.as_chunks::<8>();
+    let (bc, br) = b.as_chunks::<8>();
+    for (x, y) in ac.iter().zip(bc) {
+        for k in 0..8 {
+            acc[k] += x[k] * y[k];
+        }
+    }
+    acc.iter().sum::<f32>() + ar.iter().zip(br).map(|(x, y)| x * y).sum::<f32>()
+}
+
+fn axpy(alpha: f32, x: &[f32], y: &mut [f32]) {
+    for (y, x) in y.iter_mut().zip(x) {
+        *y += alpha * x;
+    }
+}
+
+impl Attention {
+    fn dims(&self) -> [usize; 7] {
+        let s = &self.shape;
+        [s.batch, s.heads, s.kv_heads, s.query_len, s.key_len, s.head_dim, s.value_dim].map(|v| v.max(0) as usize)
+    }
+
+    /// Row `i` of head `h` of sample `b`: `scale * q . k_j`, plus the mask, -inf above the
+    /// diagonal when causal.
+    fn scores(&self, b: usize, h: usize, i: usize, q: &[f32], k: &[f32], scores: &mut [f32], mask_row: &mut Vec<f32>) {
+        let [_, _, _, _, keys, d, _] = self.dims();
+        let scale = self.shape.scale as f32;
+        for (j, s) in scores.iter_mut().enumerate() {
+            *s = scale * dot(q, &k[j * d..(j + 1) * d]);
+        }
+        if let Some((ptr, dt)) = self.mask {
+            let st = self.shape.mask_strides;
+            let at = b as i64 * st[0] + h as i64 * st[1] + i as i64 * st[2];
+            mask_row.resize(keys, 0.0);
+            // SAFETY: the launch checked the mask's extent for these strides.
+            unsafe { dtype::load(dt, (ptr + at as usize * dt.size()) as *const u8, st[3] as isize * dt.size() as isize, mask_row) };
+            for (s, &m) in scores.iter_mut().zip(mask_row.iter()) {
+                *s = if dt == Dtype::Bool { if m != 0.0 { *s } else { f32::NEG_INFINITY } } else { *s + m };
+            }
+        }
+        if self.shape.causal {
+            scores.iter_mut().skip(i + 1).for_each(|s| *s = f32::NEG_INFINITY);
+        }
+    }
+
+    pub(crate) fn run(&self, backward: bool) {
+        let [batch, heads, kv_heads, _, _, _, _] = self.dims();
+        let units = batch * kv_heads;
+        let per_unit = heads / kv_heads.max(1) * self.shape.query_len.max(1) as usize * self.shape.key_len.max(1) as usize;
+        let parts = pool::threads().min((units * per_unit).div_ceil(1 << 14)).min(units).max(1);
+        pool::run(parts, |p| {
+            for unit in pool::share(p, parts, units) {
+                // SAFETY: a unit writes only its own heads' rows (and its key/value head's
+                // gradients); the launch checked every operand's size.
+                unsafe {
+                    if backward { self.backward_unit(unit) } else { self.forward_unit(unit) }
+                }
+            }
+        });
+    }
+
+    /// Every query head of key/value head `unit % kv_heads` of sample `unit / kv_heads`.
+    unsafe fn forward_unit(&self, unit: usize) {
+        let [_, heads, kv_heads, rows, keys, d, dv] = self.dims();
+        let (b, g) = (unit / kv_heads, unit % kv_heads);
+        let group = heads / kv_heads;
+        let [out, lse, q, k, v] = [0, 1, 2, 3, 4].map(|i| self.slots[i]);
+        let (mut kb, mut vb, mut qb, mut ob) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let (mut scores, mut mask_row) = (vec![0f32; keys], Vec::new());
+        unsafe {
+            let k = read(k, (b * kv_heads + g) * keys * d, keys * d, &mut kb).to_vec();
+            let v = read(v, (b * kv_heads + g) * keys * dv, keys * dv, &mut vb).to_vec();
+            for h in g * group..(g + 1) * group {
+                let head = b * heads + h;
+                let q = read(q, head * rows * d, rows * d, &mut qb).to_vec();
+                let mut lse_rows = vec![0f32; rows];
+                write(out, head * rows * dv, rows * dv, &mut ob, |o| {
+                    for i in 0..rows {
+                        self.scores(b, h, i, &q[i * d..(i + 1) * d], &k, &mut scores, &mut mask_row);
+                        let max = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+                        let row = &mut o[i * dv..(i + 1) * dv];
+                        row.fill(0.0);
+                        if max == f32::NEG_INFINITY {
+                            // Every key masked: the math path's softmax gives NaN.
+                            row.fill(f32::NAN);
+                            lse_rows[i] = f32::NEG_INFINITY;
+                            continue;
+                        }
+                        let mut total = 0f32;
+                        for (j, s) in scores.iter().enumerate() {
+                            let e = (s - max).exp();
+                            total += e;
+                            if e != 0.0 {
+                                axpy(e, &v[j * dv..(j + 1) * dv], row);
+                            }
+                        }
+                        row.iter_mut().for_each(|x| *x /= total);
+                        lse_rows[i] = max + total.ln();
+                    }
+                });
+                let lse_out = std::slice::from_raw_parts_mut((lse.0 as *mut f32).add(head * rows), rows);
+                lse_out.copy_from_slice(&lse_rows);
+            }
+        }
+    }
+
+    unsafe fn backward_unit(&self, unit: usize) {
+        let [_, heads, kv_heads, rows, keys, d, dv] = self.dims();
+        let (b, g) = (unit / kv_heads, unit % kv_heads);
+        let group = heads / kv_heads;
+        let [dq, dk, dv_slot, grad_out, q, k, v, _out, lse] = std::array::from_fn(|i| self.slots[i]);
+        let scale = self.shape.scale as f32;
+        let mut scratch = [Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new()];
+        let (mut scores, mut mask_row, mut dp) = (vec![0f32; keys], Vec::new(), vec![0f32; keys]);
+        let (mut gk, mut gv) = (vec![0f32; keys * d], vec![0f32; keys * dv]);
+        unsafe {
+            let kv = b * kv_heads + g;
+            let [sk, sv, sq, sg, sq_out] = &mut scratch;
+            let k = read(k, kv * keys * d, keys * d, sk).to_vec();
+            let v = read(v, kv * keys * dv, keys * dv, sv).to_vec();
+            for h in g * group..(g + 1) * group {
+                let head = b * heads + h;
+                let q = read(q, head * rows * d, rows * d, sq).to_vec();
+                let grad = read(grad_out, head * rows * dv, rows * dv, sg).to_vec();
+                let lse_rows = std::slice::from_raw_parts((lse.0 as *const f32).add(head * rows), rows);
+                write(dq, head * rows * d, rows * d, sq_out, |gq| {
+                    gq.fill(0.0);
+                    for i in 0..rows {
+                        let (qi, gi) = (&q[i * d..(i + 1) * d], &grad[i * dv..(i + 1) * dv]);
+                        self.scores(b, h, i, qi, &k, &mut scores, &mut mask_row);
+                        // P (the forward's probabilities, from its log-sum-exp) and dP = dO V^T.
+                        let mut dot_sum = 0f32;
+                        for j in 0..keys {
+                            scores[j] = (scores[j] - lse_rows[i]).exp();
+                            dp[j] = dot(gi, &v[j * dv..(j + 1) * dv]);
+                            dot_sum += scores[j] * dp[j];
+                        }
+                        let gq_row = &mut gq[i * d..(i + 1) * d];
+                        for j in 0..keys {
+                            let p = scores[j];
+                            if p == 0.0 {
+                                continue; // masked: no gradient anywhere
+                            }
+                            let ds = p * (dp[j] - dot_sum);
+                            axpy(scale * ds, &k[j * d..(j + 1) * d], gq_row);
+                            axpy(scale * ds, qi, &mut gk[j * d..(j + 1) * d]);
+                            axpy(p, gi, &mut gv[j * dv..(j + 1) * dv]);
+                        }
+                    }
+                });
+            }
+            let [sk, sv, ..] = &mut scratch;
+            write(dk, kv * keys * d, keys * d, sk, |out| out.copy_from_slice(&gk));
+            write(dv_slot, kv * keys * dv, keys * dv, sv, |out| out.copy_from_slice(&gv));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dot_matches_a_plain_sum_at_every_length() {
+        for n in 0..20 {
+            let a: Vec<f32> = (0..n).map(|i| i as f32 * 0.5 - 3.0).collect();
+            let b: Vec<f32> = (0..n).map(|i| 1.0 - i as f32 * 0.25).collect();
+            let want: f32 = a.iter().zip(&b).map(|(x, y)| x * y).sum();
+            assert!((dot(&a, &b) - want).abs() < 1e-4, "{n}");
+        }
+    }
+}
