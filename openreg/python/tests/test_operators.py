@@ -123,19 +123,22 @@ def test_sdpa_falls_back_to_math_where_the_kernel_does_not_apply():
 @pytest.mark.parametrize("device", ["openreg:0", "openreg:1"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("causal,masked", [(False, False), (True, False), (False, True)])
-@pytest.mark.parametrize("query_len", [1, 5])
-def test_sdpa_grouped_query_attention_matches_cpu(query_len, causal, masked, dtype, device):
+@pytest.mark.parametrize("query_len,key_len", [(1, 7), (5, 7), (130, 140)])  # the last: past the row kernel
+@pytest.mark.parametrize("transposed", [False, True])
+def test_sdpa_grouped_query_attention_matches_cpu(transposed, query_len, key_len, causal, masked, dtype, device):
     """Grouped-query attention (6 query heads over 2 key/value heads, as Llama's KV cache has
-    them) in the fused kernel, forward and backward, against CPU's sdpa with enable_gqa."""
+    them) in the fused kernel, forward and backward, against CPU's sdpa with enable_gqa; the
+    inputs contiguous or as a model makes them ([B, L, H, D] projections, transposed)."""
     import torch.nn.functional as F
     torch.manual_seed(0)
-    q = torch.randn(2, 6, query_len, 8).to(dtype)
-    k, v = (torch.randn(2, 2, 7, 8).to(dtype) for _ in range(2))
-    mask = torch.rand(query_len, 7) > 0.3 if masked else None
+    layout = (lambda t: t.transpose(1, 2).contiguous().transpose(1, 2)) if transposed else (lambda t: t)
+    q = layout(torch.randn(2, 6, query_len, 8).to(dtype))
+    k, v = (layout(torch.randn(2, 2, key_len, 8).to(dtype)) for _ in range(2))
+    mask = torch.rand(query_len, key_len) > 0.3 if masked else None
     if mask is not None:
         mask[:, 0] = True  # no row masked entirely
     cpu = [t.float().clone().requires_grad_() for t in (q, k, v)]
-    dev = [t.to(device).requires_grad_() for t in (q, k, v)]
+    dev = [layout(t.detach().to(device)).requires_grad_() for t in (q, k, v)]
     want = F.scaled_dot_product_attention(*cpu, attn_mask=mask, is_causal=causal and query_len > 1, enable_gqa=True)
     got = F.scaled_dot_product_attention(*dev, attn_mask=None if mask is None else mask.to(device),
                                          is_causal=causal and query_len > 1, enable_gqa=True)

@@ -345,9 +345,11 @@ pub(crate) mod ffi {
         divisor: i64,
     }
 
-    /// Scaled dot-product attention (`kernels/attention.rs`) over contiguous `[batch, heads,
-    /// rows, dim]` operands; `kv_heads` divides `heads` (grouped-query attention). The mask,
-    /// if any, is read at `mask_strides` (0 along broadcast dimensions) over [batch, heads,
+    /// Scaled dot-product attention (`kernels/attention.rs`) over `[batch, heads, rows, dim]`
+    /// operands; `kv_heads` divides `heads` (grouped-query attention). The inputs q, k, v,
+    /// grad_out and out are read at `input_strides` (batch, head and row strides, five
+    /// operands in that order; rows are contiguous), the outputs are contiguous. The mask, if
+    /// any, is read at `mask_strides` (0 along broadcast dimensions) over [batch, heads,
     /// query_len, key_len].
     #[derive(Debug, Clone, Copy)]
     struct AttentionShape {
@@ -360,6 +362,7 @@ pub(crate) mod ffi {
         value_dim: i64,
         scale: f64,
         causal: bool,
+        input_strides: [i64; 15],
         mask_strides: [i64; 4],
     }
 

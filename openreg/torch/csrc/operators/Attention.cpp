@@ -173,6 +173,16 @@ AttentionShape attention_shape(const at::Tensor& q, const at::Tensor& k, const a
   return a;
 }
 
+// An input as the row kernel reads it: any batch, head and row strides, rows contiguous
+// (a transposed [B, L, H, D] projection is read in place). Its strides go in slot `which`.
+at::Tensor rows_of(const at::Tensor& t, AttentionShape& shape, int which) {
+  const at::Tensor r = t.size(3) <= 1 || t.stride(3) == 1 ? t : t.contiguous();
+  for (int d = 0; d < 3; ++d) {
+    shape.input_strides[which * 3 + d] = r.stride(d);
+  }
+  return r;
+}
+
 // The bias broadcast to [batch, heads, query_len, key_len] (strides 0 where it broadcasts).
 at::Tensor expanded_mask(const std::optional<at::Tensor>& bias, const at::Tensor& q, const at::Tensor& k) {
   if (!bias || !bias->defined()) {
@@ -193,14 +203,14 @@ attention_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
     const at::Tensor mask = expanded_mask(bias, q, k);
     at::Tensor out = at::empty({q.size(0), q.size(1), q.size(2), v.size(3)}, q.options());
     at::Tensor lse = at::empty({q.size(0), q.size(1), q.size(2)}, q.options().dtype(at::kFloat));
-    const at::Tensor operands[] = {out, lse, q.contiguous(), k.contiguous(), v.contiguous()};
+    AttentionShape shape = attention_shape(q, k, v, mask, is_causal, scale_of(q, scale));
+    const at::Tensor operands[] = {out, lse, rows_of(q, shape, 0), rows_of(k, shape, 1), rows_of(v, shape, 2)};
     Dense slots[5];
     for (int i = 0; i < 5; ++i) {
       slots[i] = dense(operands[i]);
     }
     const bool done = call([&] {
-      return launch_attention(false, attention_shape(q, k, v, mask, is_causal, scale_of(q, scale)),
-                              {slots, 5}, dense(mask), q.device().index());
+      return launch_attention(false, shape, {slots, 5}, dense(mask), q.device().index());
     });
     if (done) {
       return {with_layout_of(q, out), lse, at::Tensor(), at::Tensor(), q.sym_size(-2), k.sym_size(-2),
@@ -249,15 +259,16 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> attention_backward(
     const at::Tensor m = expanded_mask(bias_opt, q, k);
     at::Tensor gq = at::empty(q.sizes(), q.options()), gk = at::empty(k.sizes(), k.options()),
                gv = at::empty(v.sizes(), v.options());
-    const at::Tensor operands[] = {gq, gk, gv, grad_out.contiguous(), q.contiguous(), k.contiguous(),
-                                   v.contiguous(), out.contiguous(), lse.to(at::kFloat).contiguous()};
+    AttentionShape shape = attention_shape(q, k, v, m, is_causal, sc);
+    const at::Tensor operands[] = {gq, gk, gv, rows_of(grad_out, shape, 3), rows_of(q, shape, 0),
+                                   rows_of(k, shape, 1), rows_of(v, shape, 2), rows_of(out, shape, 4),
+                                   lse.to(at::kFloat).contiguous()};
     Dense slots[9];
     for (int i = 0; i < 9; ++i) {
       slots[i] = dense(operands[i]);
     }
     const bool done = call([&] {
-      return launch_attention(true, attention_shape(q, k, v, m, is_causal, sc), {slots, 9}, dense(m),
-                              q.device().index());
+      return launch_attention(true, shape, {slots, 9}, dense(m), q.device().index());
     });
     if (done) {
       return {mask[0] ? gq : at::Tensor(), mask[1] ? gk : at::Tensor(), mask[2] ? gv : at::Tensor(),

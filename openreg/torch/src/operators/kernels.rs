@@ -1325,6 +1325,17 @@ pub(crate) fn launch_attention(backward: bool, shape: AttentionShape, operands: 
     let [b, h, hkv, l, n, d, dv] = dims.map(|v| v as usize);
     let (q, k, v, o, lse) = (b * h * l * d, b * hkv * n * d, b * hkv * n * dv, b * h * l * dv, b * h * l);
     let sizes: &[usize] = if backward { &[q, k, v, o, q, k, v, o, lse] } else { &[o, lse, q, k, v] };
+    // Inputs read at strides, as [batch, heads, rows, width]: which stride triple, and the shape.
+    let strided = |i: usize| -> Option<(usize, [usize; 4])> {
+        match (backward, i) {
+            (false, 2) | (true, 4) => Some((0, [b, h, l, d])),
+            (false, 3) | (true, 5) => Some((1, [b, hkv, n, d])),
+            (false, 4) | (true, 6) => Some((2, [b, hkv, n, dv])),
+            (true, 3) => Some((3, [b, h, l, dv])),
+            (true, 7) => Some((4, [b, h, l, dv])),
+            _ => None,
+        }
+    };
     let lse_at = if backward { 8 } else { 1 };
     if operands.len() != sizes.len() {
         return Err(invalid(format!("{} operands expected, got {}", sizes.len(), operands.len())));
@@ -1339,7 +1350,18 @@ pub(crate) fn launch_attention(backward: bool, shape: AttentionShape, operands: 
         if t.numel != size {
             return Err(invalid(format!("operand {i} has {} elements, {size} expected", t.numel)));
         }
-        slots.push((dense(t, want)?, want));
+        let extent = match strided(i) {
+            // The last element the strides reach, plus one.
+            Some((which, shape)) if size > 0 => {
+                let st = &s.input_strides[which * 3..which * 3 + 3];
+                if st.iter().any(|&v| v < 0) {
+                    return Err(invalid(format!("negative strides {st:?}")));
+                }
+                shape[..3].iter().zip(st).map(|(&n, &st)| (n - 1) * st as usize).sum::<usize>() + shape[3]
+            }
+            _ => size,
+        };
+        slots.push((view(t.data, extent * want.size(), &[t.storage, t.storage_len])?, want));
     }
     let mask = if mask.data == 0 {
         None

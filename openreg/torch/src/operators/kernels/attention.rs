@@ -4,7 +4,7 @@
 //! heads that share a key/value head (grouped-query attention) are one unit of work, so the
 //! key/value gradients of a group are summed without races.
 
-use super::dtype::{self, Dtype, read, write};
+use super::dtype::{self, Dtype, write};
 use super::pool;
 use crate::ffi::ffi::AttentionShape;
 
@@ -39,7 +39,33 @@ fn axpy(alpha: f32, x: &[f32], y: &mut [f32]) {
     }
 }
 
+/// Which of `AttentionShape::input_strides`' five operands an input is.
+#[derive(Clone, Copy)]
+enum Input {
+    Q = 0,
+    K = 1,
+    V = 2,
+    GradOut = 3,
+}
+
 impl Attention {
+    /// `count` rows of `width` elements of input `which` (slot `slot`), head `h` of sample
+    /// `b`, gathered as float32.
+    ///
+    /// # Safety
+    /// The launch checked the rows' extent.
+    unsafe fn rows(&self, slot: usize, which: Input, b: usize, h: usize, count: usize, width: usize) -> Vec<f32> {
+        let st = &self.shape.input_strides[which as usize * 3..which as usize * 3 + 3];
+        let (ptr, dt) = self.slots[slot];
+        let base = b as i64 * st[0] + h as i64 * st[1];
+        let mut out = vec![0f32; count * width];
+        for (r, row) in out.chunks_exact_mut(width.max(1)).enumerate() {
+            let at = (base + r as i64 * st[2]) as usize;
+            unsafe { dtype::load(dt, (ptr + at * dt.size()) as *const u8, dt.size() as isize, row) };
+        }
+        out
+    }
+
     fn dims(&self) -> [usize; 7] {
         let s = &self.shape;
         [s.batch, s.heads, s.kv_heads, s.query_len, s.key_len, s.head_dim, s.value_dim].map(|v| v.max(0) as usize)
@@ -89,15 +115,15 @@ impl Attention {
         let [_, heads, kv_heads, rows, keys, d, dv] = self.dims();
         let (b, g) = (unit / kv_heads, unit % kv_heads);
         let group = heads / kv_heads;
-        let [out, lse, q, k, v] = [0, 1, 2, 3, 4].map(|i| self.slots[i]);
-        let (mut kb, mut vb, mut qb, mut ob) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let (out, lse) = (self.slots[0], self.slots[1]);
+        let mut ob = Vec::new();
         let (mut scores, mut mask_row) = (vec![0f32; keys], Vec::new());
         unsafe {
-            let k = read(k, (b * kv_heads + g) * keys * d, keys * d, &mut kb).to_vec();
-            let v = read(v, (b * kv_heads + g) * keys * dv, keys * dv, &mut vb).to_vec();
+            let k = self.rows(3, Input::K, b, g, keys, d);
+            let v = self.rows(4, Input::V, b, g, keys, dv);
             for h in g * group..(g + 1) * group {
                 let head = b * heads + h;
-                let q = read(q, head * rows * d, rows * d, &mut qb).to_vec();
+                let q = self.rows(2, Input::Q, b, h, rows, d);
                 let mut lse_rows = vec![0f32; rows];
                 write(out, head * rows * dv, rows * dv, &mut ob, |o| {
                     for i in 0..rows {
@@ -133,22 +159,22 @@ impl Attention {
         let [_, heads, kv_heads, rows, keys, d, dv] = self.dims();
         let (b, g) = (unit / kv_heads, unit % kv_heads);
         let group = heads / kv_heads;
-        let [dq, dk, dv_slot, grad_out, q, k, v, _out, lse] = std::array::from_fn(|i| self.slots[i]);
+        let [dq, dk, dv_slot] = [0, 1, 2].map(|i| self.slots[i]);
+        let lse = self.slots[8];
         let scale = self.shape.scale as f32;
-        let mut scratch = [Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new()];
+        let mut scratch = Vec::new();
         let (mut scores, mut mask_row, mut dp) = (vec![0f32; keys], Vec::new(), vec![0f32; keys]);
         let (mut gk, mut gv) = (vec![0f32; keys * d], vec![0f32; keys * dv]);
         unsafe {
             let kv = b * kv_heads + g;
-            let [sk, sv, sq, sg, sq_out] = &mut scratch;
-            let k = read(k, kv * keys * d, keys * d, sk).to_vec();
-            let v = read(v, kv * keys * dv, keys * dv, sv).to_vec();
+            let k = self.rows(5, Input::K, b, g, keys, d);
+            let v = self.rows(6, Input::V, b, g, keys, dv);
             for h in g * group..(g + 1) * group {
                 let head = b * heads + h;
-                let q = read(q, head * rows * d, rows * d, sq).to_vec();
-                let grad = read(grad_out, head * rows * dv, rows * dv, sg).to_vec();
+                let q = self.rows(4, Input::Q, b, h, rows, d);
+                let grad = self.rows(3, Input::GradOut, b, h, rows, dv);
                 let lse_rows = std::slice::from_raw_parts((lse.0 as *const f32).add(head * rows), rows);
-                write(dq, head * rows * d, rows * d, sq_out, |gq| {
+                write(dq, head * rows * d, rows * d, &mut scratch, |gq| {
                     gq.fill(0.0);
                     for i in 0..rows {
                         let (qi, gi) = (&q[i * d..(i + 1) * d], &grad[i * dv..(i + 1) * dv]);
@@ -174,9 +200,8 @@ impl Attention {
                     }
                 });
             }
-            let [sk, sv, ..] = &mut scratch;
-            write(dk, kv * keys * d, keys * d, sk, |out| out.copy_from_slice(&gk));
-            write(dv_slot, kv * keys * dv, keys * dv, sv, |out| out.copy_from_slice(&gv));
+            write(dk, kv * keys * d, keys * d, &mut scratch, |out| out.copy_from_slice(&gk));
+            write(dv_slot, kv * keys * dv, keys * dv, &mut scratch, |out| out.copy_from_slice(&gv));
         }
     }
 }
