@@ -140,16 +140,17 @@ at::Tensor dropout_backward(const at::Tensor& grad, const at::Tensor& mask, doub
 }
 // ANCHOR_END: dropout
 
-// The Rust kernel (kernels/attention.rs) walks a query row at a time: for the short rows of
-// decoding and small models it beats a chain of device operators; long rows are the matrix
-// kernel's (our CPU tuning: a vendor's kernel tiles instead). It takes no dropout, and no bias
-// whose gradient is asked for (its backward does not form dS).
-constexpr int64_t kRowKernelScores = 1 << 14;
+// The Rust kernel (kernels/attention.rs) walks a query row at a time: for the few, short rows
+// of a small model's heads it beats a chain of device operators; anything larger is the matrix
+// kernel's (our CPU tuning, measured per head as query rows x keys x head size: a vendor's
+// kernel tiles instead). It takes no dropout, and no bias whose gradient is asked for (its
+// backward does not form dS).
+constexpr int64_t kRowKernelWork = 1 << 13;
 
 bool row_kernel_applies(const at::Tensor& q, const at::Tensor& k, const std::optional<at::Tensor>& bias,
                         double dropout_p) {
   const int64_t l = q.size(-2), n = k.size(-2);
-  return dropout_p == 0.0 && n > 0 && l * n <= kRowKernelScores &&
+  return dropout_p == 0.0 && n > 0 && l * n * q.size(-1) <= kRowKernelWork &&
          (!bias || !bias->defined() || bias->dim() <= 4);
 }
 

@@ -96,9 +96,11 @@ impl Attention {
 
     pub(crate) fn run(&self, backward: bool) {
         let [batch, heads, kv_heads, _, _, _, _] = self.dims();
+        let [.., rows, keys, d, dv] = self.dims();
         let units = batch * kv_heads;
-        let per_unit = heads / kv_heads.max(1) * self.shape.query_len.max(1) as usize * self.shape.key_len.max(1) as usize;
-        let parts = pool::threads().min((units * per_unit).div_ceil(1 << 14)).min(units).max(1);
+        // Multiply-adds per unit: the group's scores and products (the backward does about twice).
+        let per_unit = heads / kv_heads.max(1) * rows.max(1) * keys.max(1) * (d + dv);
+        let parts = pool::threads().min((units * per_unit).div_ceil(1 << 15)).min(units).max(1);
         pool::run(parts, |p| {
             for unit in pool::share(p, parts, units) {
                 // SAFETY: a unit writes only its own heads' rows (and its key/value head's
