@@ -60,13 +60,15 @@ fn main() {
         "csrc/operators/Fallback.cpp",
         // High-level modules.
         "csrc/high_level/Autocast.cpp",
+        "csrc/high_level/ProcessGroupOCCL.cpp",
     ];
     // torchgen writes the registrations listed in native_functions.yaml (csrc/operators/Codegen.cpp
     // includes them).
     let generated = std::path::PathBuf::from(std::env::var("OUT_DIR").unwrap()).join("torchgen");
     torch.gen_backend_stubs(std::path::Path::new("native_functions.yaml"), &generated);
 
-    let mut build = cxx_build::bridge("src/ffi.rs");
+    // Two bridges: OCCL's has its own header, included by ProcessGroupOCCL.cpp alone.
+    let mut build = cxx_build::bridges(["src/ffi.rs", "src/high_level/distributed.rs"]);
     torch.configure(&mut build);
     // The Kineto plugin (ActivityProfiler.cpp): the wheel's libkineto headers, and the macro
     // torch was built with, which enables PyTorch's Kineto declarations.

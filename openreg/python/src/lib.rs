@@ -12,7 +12,6 @@ use pyo3::types::PyType;
 use openreg_runtime as rt;
 
 mod compiled;
-mod distributed;
 use openreg_torch::error::{ErrorKind, kind_of};
 
 // ANCHOR: errors
@@ -34,6 +33,28 @@ fn py_err(py: Python<'_>, error: rt::Error) -> PyErr {
     }
 }
 // ANCHOR_END: errors
+
+// ANCHOR: bind_distributed
+unsafe extern "C" {
+    /// csrc/ProcessGroupOCCLBinding.cpp: adds the pybind11 classes of the C++ c10d backend
+    /// (`ProcessGroupOCCL`, `ProcessGroupOCCL.Options`) to the module; -1 with an error set.
+    fn openreg_bind_distributed(module: *mut pyo3::ffi::PyObject) -> std::os::raw::c_int;
+}
+
+/// Binds the C++ c10d backend into this module. Called by `torch_openreg.openreg.distributed`
+/// once `torch.distributed` is imported, whose `Backend` class the binding derives from.
+#[pyfunction]
+fn _bind_distributed(py: Python<'_>) -> PyResult<()> {
+    let module = py.import("torch_openreg._C")?;
+    if module.hasattr("ProcessGroupOCCL")? {
+        return Ok(());
+    }
+    if unsafe { openreg_bind_distributed(module.as_ptr()) } != 0 {
+        return Err(PyErr::fetch(py));
+    }
+    Ok(())
+}
+// ANCHOR_END: bind_distributed
 
 // ANCHOR: device_functions
 #[pyfunction]
@@ -181,7 +202,7 @@ fn openreg_c(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(_reset_fallback_counts, m)?)?;
     m.add_function(wrap_pyfunction!(_runtime_new_stream, m)?)?;
     m.add_function(wrap_pyfunction!(_get_default_generator, m)?)?;
-    distributed::register(m)?;
+    m.add_function(wrap_pyfunction!(_bind_distributed, m)?)?;
     Ok(())
 }
 // ANCHOR_END: module

@@ -299,7 +299,11 @@ def bad_input(rank, world):
     from torch_openreg.openreg.distributed import ProcessGroupOCCL
 
     raises(ValueError, ["rank 5 is out of range for a world of size 2"],
-           lambda: ProcessGroupOCCL(dist.HashStore(), 5, 2, datetime.timedelta(seconds=1)))
+           lambda: ProcessGroupOCCL(dist.HashStore(), 5, 2))
+    from torch_openreg.openreg.distributed import Options
+
+    raises(ValueError, ["timeout must be positive"], lambda: Options(timeout=datetime.timedelta(0)))
+    raises(TypeError, ["incompatible"], lambda: ProcessGroupOCCL("not a store", 0, 1))
 
 
 def dead_rank(rank, world):
@@ -431,6 +435,102 @@ def dtensor(rank, world):
     same(product, a @ a, "matmul")
     total = da.sum().full_tensor()
     same(total, a.sum(), "sum")
+    dist.destroy_process_group()
+
+
+# ANCHOR: work_contract
+def work_contract(rank, world):
+    """The Work c10d hands back is C++ (no Python subclass): is_completed() turns true on its
+    own, and a failed one reports its exception without anyone calling wait()."""
+    init(rank, world)
+    dev = device(rank)
+    t = torch.full((1000,), float(rank + 1), device=dev)
+    work = dist.all_reduce(t, async_op=True)
+    assert type(work) is dist.Work, type(work)  # the C++ WorkOCCL, seen through its base class
+    deadline = time.monotonic() + 30
+    while not work.is_completed():
+        assert time.monotonic() < deadline, "is_completed() never turned true"
+        time.sleep(0.001)
+    assert work.is_success() and work.exception() is None
+    same(t, torch.full((1000,), float(world * (world + 1) / 2)), "completed without wait")
+    assert work.get_future().done()  # the watcher completed the future too
+    # A failure (sizes differ across ranks), observed only through the Work's state.
+    group = dist.new_group(backend="occl")
+    work = dist.all_reduce(torch.ones(10 + rank, device=dev), group=group, async_op=True)
+    deadline = time.monotonic() + 30
+    while not work.is_completed():
+        assert time.monotonic() < deadline, "a failed Work never completed"
+        time.sleep(0.001)
+    assert not work.is_success()
+    error = work.exception()
+    assert isinstance(error, dist.DistBackendError) and "occl all_reduce" in str(error), repr(error)
+    try:
+        work.get_future().wait()
+        raise AssertionError("the failed Work's future did not raise")
+    except RuntimeError as e:
+        assert "occl all_reduce" in str(e), str(e)
+    dist.destroy_process_group()
+# ANCHOR_END: work_contract
+
+
+def many_in_flight(rank, world):
+    """1,000 async all-reduces issued before any is waited for: each completes with its sum."""
+    init(rank, world)
+    dev = device(rank)
+    tensors = [torch.full((4,), float(i + rank), device=dev) for i in range(1000)]
+    works = [dist.all_reduce(t, async_op=True) for t in tensors]
+    for w in works:
+        w.wait()
+    total = sum(range(world))
+    got = torch.stack(tensors).cpu()
+    want = torch.stack([torch.full((4,), float(world * i + total)) for i in range(1000)])
+    same(got, want, "1000 in-flight all-reduces")
+    assert all(w.is_completed() and w.is_success() for w in works)
+    dist.destroy_process_group()
+
+
+def subgroups(rank, world):
+    """new_group over a subset of ranks, and split_group into disjoint groups."""
+    init(rank, world, device_id=device(rank))
+    dev = device(rank)
+    evens = dist.new_group([r for r in range(world) if r % 2 == 0], backend="occl")
+    if rank % 2 == 0:
+        t = torch.full((3,), float(rank), device=dev)
+        dist.all_reduce(t, group=evens)
+        same(t, torch.full((3,), float(sum(r for r in range(world) if r % 2 == 0))), "new_group of the evens")
+        assert dist.get_world_size(evens) == (world + 1) // 2
+    halves = [list(range(world // 2)), list(range(world // 2, world))]
+    mine = halves[0] if rank < world // 2 else halves[1]
+    split = dist.split_group(split_ranks=halves)
+    assert split is not None and dist.get_world_size(split) == len(mine)
+    backend = split._get_backend(dev)
+    from torch_openreg.openreg.distributed import ProcessGroupOCCL
+
+    assert isinstance(backend, ProcessGroupOCCL), type(backend)
+    t = torch.full((5,), float(rank), device=dev)
+    dist.all_reduce(t, group=split)
+    same(t, torch.full((5,), float(sum(mine))), "split_group")
+    # the parent group still works, and the timeout travelled with the options
+    t = torch.ones(2, device=dev)
+    dist.all_reduce(t)
+    same(t, torch.full((2,), float(world)), "parent after split")
+    dist.destroy_process_group()
+
+
+def ddp_comm_hooks(rank, world):
+    """DDP with comm hooks: the built-in allreduce_hook, and bf16 gradient compression."""
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    init(rank, world, device_id=device(rank))
+    want = reference(world, torch.optim.SGD, lr=0.1)
+    for hook, tolerance in [(default_hooks.allreduce_hook, 1e-5), (default_hooks.bf16_compress_hook, 2e-2)]:
+        model = DDP(mlp().to(device(rank)), bucket_cap_mb=0.001)
+        model.register_comm_hook(dist.group.WORLD, hook)
+        train(model, rank, world, torch.optim.SGD, lr=0.1)
+        for (name, p), q in zip(model.module.named_parameters(), want.parameters()):
+            torch.testing.assert_close(p.detach().cpu(), q.detach(), rtol=tolerance, atol=tolerance,
+                                       msg=f"{hook.__name__}: {name}")
     dist.destroy_process_group()
 
 

@@ -103,3 +103,19 @@ def test_fsdp2_matches_one_process():
 
 def test_dtensor_basics():
     run("dtensor", 2)
+
+
+def test_work_is_cpp_and_completes_and_fails_without_wait():
+    run("work_contract", 2)
+
+
+def test_a_thousand_async_all_reduces_in_flight():
+    run("many_in_flight", 2)
+
+
+def test_new_group_over_a_subset_and_split_group():
+    run("subgroups", 4)
+
+
+def test_ddp_comm_hooks_allreduce_and_bf16_compression():
+    run("ddp_comm_hooks", 2)

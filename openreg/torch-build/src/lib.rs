@@ -20,16 +20,19 @@ pub struct Torch {
     pub lib_dir: PathBuf,
     /// The Python interpreter that has this torch (it also runs torchgen).
     pub python: String,
+    /// Where `Python.h` is: only the pybind11 binding of the C++ c10d backend needs it.
+    pub python_include: PathBuf,
 }
 
 const PROBE: &str = r#"
-import os, torch
+import os, sysconfig, torch
 from torch.utils.cpp_extension import include_paths
 print("version", torch.__version__)
 print("abi", int(torch._C._GLIBCXX_USE_CXX11_ABI))
 print("lib", os.path.join(os.path.dirname(torch.__file__), "lib"))
 for p in include_paths():
     print("include", p)
+print("python_include", sysconfig.get_paths()["include"])
 "#;
 // ANCHOR_END: torch
 
@@ -58,6 +61,7 @@ impl Torch {
             include_dirs: Vec::new(),
             lib_dir: PathBuf::new(),
             python: python.clone(),
+            python_include: PathBuf::new(),
         };
         for line in String::from_utf8_lossy(&out.stdout).lines() {
             match line.split_once(' ') {
@@ -65,6 +69,7 @@ impl Torch {
                 Some(("abi", v)) => torch.cxx11_abi = v == "1",
                 Some(("lib", v)) => torch.lib_dir = v.into(),
                 Some(("include", v)) => torch.include_dirs.push(v.into()),
+                Some(("python_include", v)) => torch.python_include = v.into(),
                 _ => {}
             }
         }

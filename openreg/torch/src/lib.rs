@@ -4,11 +4,12 @@
 //! short C++ class in `csrc/` whose methods forward to the Rust functions in this crate through
 //! the cxx bridge in [`ffi`](crate::ffi). Both sides are split the same way, by the book's parts:
 //! `runtime/` (allocators, device, streams), `operators/` (fallback, kernels), and
-//! `high_level/` (C++ only so far: autocast). The Python module (`openreg/python`) calls
+//! `high_level/` (autocast in C++ only; distributed's OCCL bridge). The Python module (`openreg/python`) calls
 //! [`register`] once at import.
 
 pub mod error;
 mod ffi;
+mod high_level;
 mod operators;
 mod runtime;
 
