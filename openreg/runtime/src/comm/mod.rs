@@ -28,6 +28,8 @@ pub use transport::Listener;
 /// Messages up to this size are all-reduced by sending them to every peer at once (one
 /// step: latency), larger ones around a ring (2(n-1)/n of the data per rank: bandwidth).
 pub const DIRECT_MAX_BYTES: usize = 64 * 1024;
+/// How long a host thread waiting for an operation polls before it sleeps.
+const POLL: Duration = Duration::from_micros(200);
 /// Broadcasts travel down the chain of ranks in pieces of this size, so that every rank
 /// forwards one piece while it receives the next.
 const BROADCAST_PIECE: usize = 1 << 20;
@@ -137,7 +139,18 @@ impl Work {
 
     /// Waits for completion, at most `timeout`; `None` if still running then.
     pub fn wait(&self, timeout: Option<Duration>) -> Option<std::result::Result<(), String>> {
-        let deadline = timeout.map(|t| Instant::now() + t);
+        let start = Instant::now();
+        let deadline = timeout.map(|t| start + t);
+        // Look again and again, yielding the core, before sleeping: a small collective
+        // completes within microseconds, and waking a sleeping thread costs tens of them on
+        // a virtual machine (as `synchronize` does for streams).
+        let poll = timeout.map_or(POLL, |t| t.min(POLL));
+        while start.elapsed() < poll {
+            if let Some(outcome) = self.poll() {
+                return Some(outcome);
+            }
+            std::thread::yield_now();
+        }
         let mut outcome = self.outcome.lock().unwrap_or_else(|e| e.into_inner());
         while outcome.is_none() {
             outcome = match deadline {

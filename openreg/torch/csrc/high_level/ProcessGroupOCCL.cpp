@@ -4,8 +4,11 @@
 
 #include "high_level/ProcessGroupOCCL.h"
 
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
+#include <deque>
+#include <thread>
 
 #include <ATen/core/ivalue.h>
 #include <ATen/ops/cat.h>
@@ -109,29 +112,143 @@ c10::intrusive_ptr<c10d::Backend::Options> ProcessGroupOCCL::Options::clone() co
 // ANCHOR: plan
 struct ProcessGroupOCCL::Launch {
   occl::OpArgs op;
-  std::vector<at::Tensor> tensors;   // every tensor the operation reads or writes
+  std::vector<at::Tensor> tensors;   // every tensor the operation reads or writes, temporaries too
   std::vector<at::Tensor> outputs;   // the Work's result
-  std::vector<at::Tensor> keep = {};  // temporaries
-  std::function<void()> after = {};   // runs on the operation's stream after it
+  std::function<void()> after = {};  // runs on the operation's stream after it
 };
 // ANCHOR_END: plan
+
+// ANCHOR: watchdog
+class ProcessGroupOCCL::Watchdog {
+ public:
+  explicit Watchdog(std::function<void(const std::string&)> abort) : abort_(std::move(abort)) {
+    thread_ = std::thread([this] { run(); });
+  }
+
+  // Every operation, for its timeout: only a handle and a deadline (no tensors kept alive).
+  void watch(const WorkOCCL& work) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (const auto& h : work.handles_) {
+      running_.push_back({h->share(), std::chrono::steady_clock::now() + 2 * work.timeout_, work.timeout_});
+    }
+  }
+
+  // A future someone asked for (DDP's reducer, a comm hook): completed in issue order.
+  // False once stopped: the caller completes it itself.
+  bool complete(c10::intrusive_ptr<WorkOCCL> work) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (stop_) {
+        return false;
+      }
+      futures_.push_back(std::move(work));
+    }
+    cv_.notify_one();
+    return true;
+  }
+
+  void stop() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) {
+      if (thread_.get_id() == std::this_thread::get_id()) {
+        thread_.detach();  // the group's last reference went away inside a future's callback
+      } else {
+        thread_.join();
+      }
+    }
+  }
+
+ private:
+  struct Running {
+    rust::Box<occl::Work> handle;
+    std::chrono::steady_clock::time_point deadline;
+    std::chrono::milliseconds timeout;
+  };
+
+  void run() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    for (;;) {
+      cv_.wait_for(lock, std::chrono::milliseconds(100), [&] { return stop_ || !futures_.empty(); });
+      checkTimeouts(lock);
+      if (futures_.empty()) {
+        if (stop_) {
+          return;
+        }
+        continue;
+      }
+      auto work = futures_.front();
+      futures_.pop_front();
+      auto slice = std::chrono::milliseconds(stop_ ? 0 : 100);
+      lock.unlock();
+      // In slices: a stop request, or a timeout, is seen while a collective hangs.
+      bool finished = work->waitFor(slice);
+      lock.lock();
+      while (!finished && !stop_) {
+        checkTimeouts(lock);
+        lock.unlock();
+        finished = work->waitFor(std::chrono::milliseconds(100));
+        lock.lock();
+      }
+      lock.unlock();
+      // Callbacks run here, and may take the GIL: never with our lock held.
+      if (finished) {
+        work->completeFuture();
+      } else {
+        work->completeFuture(std::string("occl: the process group was destroyed before the operation completed"));
+      }
+      lock.lock();
+    }
+  }
+
+  // OCCL's own receive timeout fires first; this is the backstop for an operation that never
+  // got as far as a receive (its stream stuck behind other work).
+  void checkTimeouts(std::unique_lock<std::mutex>& lock) {
+    auto now = std::chrono::steady_clock::now();
+    std::optional<std::chrono::milliseconds> expired;
+    std::erase_if(running_, [&](const Running& r) {
+      if (r.handle->status() != occl::Status::Running) {
+        return true;
+      }
+      if (now > r.deadline) {
+        expired = r.timeout;
+      }
+      return false;
+    });
+    if (expired) {
+      lock.unlock();
+      abort_(c10::str("occl watchdog: an operation did not complete within ", seconds(2 * *expired),
+                      " s; the communicator was aborted"));
+      lock.lock();
+    }
+  }
+
+  std::function<void(const std::string&)> abort_;
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::deque<c10::intrusive_ptr<WorkOCCL>> futures_;
+  std::vector<Running> running_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+// ANCHOR_END: watchdog
 
 // ---------------------------------------------------------------------------------------------
 // WorkOCCL
 
 ProcessGroupOCCL::WorkOCCL::WorkOCCL(int rank, c10d::OpType type, std::vector<rust::Box<occl::Work>> handles,
-                                     std::shared_ptr<c10::Event> end, std::vector<at::Tensor> outputs,
-                                     std::vector<at::Tensor> keep, std::chrono::milliseconds timeout)
+                                     std::shared_ptr<c10::Event> end, c10::Stream stream, std::vector<at::Tensor> outputs,
+                                     std::chrono::milliseconds timeout, std::shared_ptr<Watchdog> watchdog)
     : c10d::Work(rank, type),
       handles_(std::move(handles)),
       end_(std::move(end)),
+      stream_(stream),
       outputs_(std::move(outputs)),
-      keep_(std::move(keep)),
       timeout_(timeout),
-      queued_(std::chrono::steady_clock::now()),
-      // A CPU future: the watcher completes it once the device finished, so its callbacks
-      // need no stream synchronization (a device-aware future is the other choice).
-      future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))) {}
+      watchdog_(std::move(watchdog)) {}
 
 // ANCHOR: work_methods
 bool ProcessGroupOCCL::WorkOCCL::isCompleted() {
@@ -187,10 +304,26 @@ void ProcessGroupOCCL::WorkOCCL::synchronize() {
 // Later work on the current stream waits for the operation and the copies after it.
 void ProcessGroupOCCL::WorkOCCL::blockCurrentStream() {
   c10::impl::VirtualGuardImpl impl(kOpenReg);
-  end_->block(impl.getStream(c10::Device(kOpenReg, end_->device_index())));
+  auto current = impl.getStream(c10::Device(kOpenReg, end_->device_index()));
+  if (current != stream_) {  // on its own stream, the order is already there
+    end_->block(current);
+  }
 }
 
 c10::intrusive_ptr<c10::ivalue::Future> ProcessGroupOCCL::WorkOCCL::getFuture() {
+  std::lock_guard<std::mutex> lock(future_mutex_);
+  if (!future_) {
+    // A CPU future, completed once the device finished: its callbacks need no stream
+    // synchronization. (ProcessGroupNCCL's is device-aware and complete at launch.)
+    static const auto type = c10::ListType::create(c10::TensorType::get());
+    future_ = c10::make_intrusive<c10::ivalue::Future>(type);
+    auto self = c10::intrusive_ptr<WorkOCCL>::reclaim_copy(this);
+    if (!watchdog_->complete(self)) {  // the group is gone: complete it here
+      completeFuture(waitFor(std::chrono::milliseconds(0))
+                         ? std::nullopt
+                         : std::optional<std::string>("occl: the process group was destroyed"));
+    }
+  }
   return future_;
 }
 
@@ -228,10 +361,9 @@ void ProcessGroupOCCL::WorkOCCL::completeFuture(const std::optional<std::string>
       end_->synchronize();  // the copies after the operation ran, too
       future_->markCompleted(c10::IValue(outputs_));
     }
-  } catch (const std::exception& e) {
+  } catch (const std::exception&) {
     future_->setErrorIfNeeded(std::current_exception());
   }
-  keep_.clear();
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -265,9 +397,8 @@ ProcessGroupOCCL::ProcessGroupOCCL(const c10::intrusive_ptr<c10d::Store>& store,
         } catch (const rust::Error& e) {
           C10_THROW_ERROR(DistBackendError, e.what());
         }
-      }()) {
-  watcher_ = std::thread([this] { watch(); });
-}
+      }()),
+      watchdog_(std::make_shared<Watchdog>([comm = &*comm_](const std::string& why) { comm->abort(why); })) {}
 // ANCHOR_END: constructor
 
 ProcessGroupOCCL::~ProcessGroupOCCL() {
@@ -344,22 +475,18 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupOCCL::launch(const char* name, c10d::
   }
   auto end = std::make_shared<c10::Event>(kOpenReg);
   end->record(stream);
-  if (stream != current) {  // the caching allocator must not reuse them before the stream ran
-    for (const auto* list : {&plan.tensors, &plan.keep}) {
-      for (const auto& t : *list) {
-        impl.recordDataPtrOnStream(t.storage().data_ptr(), stream);
-      }
+  // On another stream, the caching allocator must not hand these (temporaries included) to
+  // new tensors before that stream ran the operation; on the current one, stream order does it.
+  if (stream != current) {
+    for (const auto& t : plan.tensors) {
+      impl.recordDataPtrOnStream(t.storage().data_ptr(), stream);
     }
   }
   std::vector<rust::Box<occl::Work>> handles;
   handles.push_back(std::move(handle));
-  auto work = c10::make_intrusive<WorkOCCL>(getRank(), type, std::move(handles), std::move(end),
-                                            std::move(plan.outputs), std::move(plan.keep), options_->timeout);
-  {
-    std::lock_guard<std::mutex> lock(watch_mutex_);
-    watch_queue_.push_back(work);
-  }
-  watch_cv_.notify_one();
+  auto work = c10::make_intrusive<WorkOCCL>(getRank(), type, std::move(handles), std::move(end), stream,
+                                            std::move(plan.outputs), options_->timeout, watchdog_);
+  watchdog_->watch(*work);
   if (coalescing_) {
     coalescing_->push_back(work);
   }
@@ -371,81 +498,33 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupOCCL::launch(const char* name, c10d::
 c10::intrusive_ptr<c10d::Work> ProcessGroupOCCL::group(std::vector<c10::intrusive_ptr<WorkOCCL>> works) {
   std::vector<rust::Box<occl::Work>> handles;
   std::vector<at::Tensor> outputs;
-  std::shared_ptr<c10::Event> end;
   for (const auto& w : works) {
     for (const auto& h : w->handles_) {
       handles.push_back(h->share());
     }
     outputs.insert(outputs.end(), w->outputs_.begin(), w->outputs_.end());
-    end = w->end_;
   }
-  if (!end) {  // nothing was issued: a Work that is already done
-    end = std::make_shared<c10::Event>(kOpenReg);
+  std::shared_ptr<c10::Event> end;
+  std::optional<c10::Stream> stream;
+  if (works.empty()) {  // nothing was issued: a Work that is done once the stream got here
     c10::impl::VirtualGuardImpl impl(kOpenReg);
-    end->record(impl.getStream(c10::Device(kOpenReg, check("coalesced", {}))));
+    stream = impl.getStream(c10::Device(kOpenReg, check("coalesced", {})));
+    end = std::make_shared<c10::Event>(kOpenReg);
+    end->record(*stream);
+  } else {
+    end = works.back()->end_;
+    stream = works.back()->stream_;
   }
-  auto work = c10::make_intrusive<WorkOCCL>(getRank(), c10d::OpType::COALESCED, std::move(handles), std::move(end),
-                                            std::move(outputs), std::vector<at::Tensor>{}, options_->timeout);
-  {
-    std::lock_guard<std::mutex> lock(watch_mutex_);
-    watch_queue_.push_back(work);
-  }
-  watch_cv_.notify_one();
-  return work;
+  return c10::make_intrusive<WorkOCCL>(getRank(), c10d::OpType::COALESCED, std::move(handles), std::move(end),
+                                       *stream, std::move(outputs), options_->timeout, watchdog_);
 }
 
-// ANCHOR: watch
-void ProcessGroupOCCL::watch() {
-  for (;;) {
-    c10::intrusive_ptr<WorkOCCL> work;
-    {
-      std::unique_lock<std::mutex> lock(watch_mutex_);
-      watch_cv_.wait(lock, [&] { return watch_stop_ || !watch_queue_.empty(); });
-      if (watch_queue_.empty()) {
-        return;
-      }
-      work = watch_queue_.front();
-      watch_queue_.pop_front();
-    }
-    // In slices, to see a stop request and to enforce the timeout while a collective hangs.
-    bool aborted = false;
-    while (!work->waitFor(std::chrono::milliseconds(100))) {
-      std::unique_lock<std::mutex> lock(watch_mutex_);
-      if (watch_stop_) {  // the communicator was aborted first: this only bounds the wait
-        lock.unlock();
-        work->completeFuture(std::string("occl: the process group was destroyed"));
-        aborted = true;
-        break;
-      }
-      lock.unlock();
-      // OCCL's own receive timeout fires first; this is the backstop for an operation that
-      // never got as far as a receive (its stream stuck behind other work).
-      if (since(work->queued_) > 2 * work->timeout_) {
-        comm_->abort(c10::str("occl watchdog: an operation did not complete within ",
-                              seconds(2 * work->timeout_), " s; the communicator was aborted"));
-      }
-    }
-    if (!aborted) {
-      work->completeFuture();
-    }
-  }
-}
-// ANCHOR_END: watch
 
 void ProcessGroupOCCL::close(const std::string& why) {
   if (!closed_.exchange(true)) {
     comm_->abort(c10::str("rank ", getRank(), ": ", why));
   }
-  {
-    std::lock_guard<std::mutex> lock(watch_mutex_);
-    watch_stop_ = true;
-  }
-  watch_cv_.notify_all();
-  if (watcher_.joinable() && watcher_.get_id() != std::this_thread::get_id()) {
-    watcher_.join();
-  } else if (watcher_.joinable()) {
-    watcher_.detach();  // the last reference went away inside a future's callback
-  }
+  watchdog_->stop();
 }
 
 void ProcessGroupOCCL::shutdown() {
@@ -540,9 +619,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupOCCL::allgather(std::vector<std::vect
   std::vector<int64_t> shape{getSize()};
   shape.insert(shape.end(), t.sizes().begin(), t.sizes().end());
   auto flat = at::empty(shape, t.options());
-  std::vector<at::Tensor> tensors{t};
+  std::vector<at::Tensor> tensors{t, flat};  // the temporary too: see launch's record
   tensors.insert(tensors.end(), outputs.begin(), outputs.end());
-  Launch plan{args(occl::OpKind::AllGather), tensors, outputs, {flat}};
+  Launch plan{args(occl::OpKind::AllGather), tensors, outputs};
   plan.op.input = buffer(t);
   plan.op.output = buffer(flat);
   plan.op.dtype = dtype_name("all_gather", t.scalar_type());
@@ -599,9 +678,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupOCCL::reduce_scatter(std::vector<at::
   check_list("reduce_scatter", inputs, out, getSize());
   check("reduce_scatter", inputs);
   auto flat = at::stack(inputs);
-  std::vector<at::Tensor> tensors{out};
+  std::vector<at::Tensor> tensors{out, flat};
   tensors.insert(tensors.end(), inputs.begin(), inputs.end());
-  Launch plan{args(occl::OpKind::ReduceScatter), tensors, {out}, {flat}};
+  Launch plan{args(occl::OpKind::ReduceScatter), tensors, {out}};
   plan.op.input = buffer(flat);
   plan.op.output = buffer(out);
   plan.op.dtype = dtype_name("reduce_scatter", out.scalar_type());
@@ -682,7 +761,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupOCCL::alltoall(std::vector<at::Tensor
   }
   auto flat_in = at::cat(flat_inputs);
   auto flat_out = at::empty({out_numel}, outputs[0].options());
-  Launch plan{args(occl::OpKind::AllToAll), tensors, outputs, {flat_in, flat_out}};
+  tensors.push_back(flat_in);
+  tensors.push_back(flat_out);
+  Launch plan{args(occl::OpKind::AllToAll), tensors, outputs};
   plan.op.input = buffer(flat_in);
   plan.op.output = buffer(flat_out);
   plan.op.input_splits = std::move(in_splits);
@@ -715,9 +796,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupOCCL::gather(std::vector<std::vector<
     shape.insert(shape.end(), t.sizes().begin(), t.sizes().end());
     auto flat = at::empty(shape, t.options());
     tensors.insert(tensors.end(), outputs.begin(), outputs.end());
+    tensors.push_back(flat);
     plan.op.output = buffer(flat);
     plan.op.has_output = true;
-    plan.keep = {flat};
     plan.after = [outputs, flat]() mutable {
       for (size_t r = 0; r < outputs.size(); ++r) {
         outputs[r].copy_(flat[static_cast<int64_t>(r)]);
@@ -742,9 +823,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupOCCL::scatter(std::vector<at::Tensor>
     check_list("scatter", inputs, t, getSize());
     check("scatter", inputs);
     auto flat = at::stack(inputs);
+    plan.tensors.push_back(flat);
     plan.op.input = buffer(flat);
     plan.op.has_input = true;
-    plan.keep = {flat};
   }
   return launch("scatter", c10d::OpType::SCATTER, opts.asyncOp, plan);
 }

@@ -4,14 +4,12 @@
 // queued on a stream, and each operation's completion into a c10d::Work.
 #pragma once
 
+#include <atomic>
 #include <chrono>
-#include <condition_variable>
-#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
-#include <thread>
 
 #include <c10/core/Event.h>
 #include <torch/csrc/distributed/c10d/Backend.hpp>
@@ -40,6 +38,7 @@ class ProcessGroupOCCL : public c10d::Backend {
   };
 
   class WorkOCCL;
+  class Watchdog;
 
   ProcessGroupOCCL(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                    c10::intrusive_ptr<Options> options);
@@ -117,7 +116,6 @@ class ProcessGroupOCCL : public c10d::Backend {
                                         Launch& plan);
   c10::DeviceIndex check(const char* name, const std::vector<at::Tensor>& tensors) const;
   c10::intrusive_ptr<c10d::Work> group(std::vector<c10::intrusive_ptr<WorkOCCL>> works);
-  void watch();
   void close(const std::string& why);
 
   c10::intrusive_ptr<Options> options_;
@@ -125,22 +123,18 @@ class ProcessGroupOCCL : public c10d::Backend {
   std::map<c10::DeviceIndex, c10::Stream> streams_;  // async collectives' stream per device
   std::optional<std::vector<c10::intrusive_ptr<WorkOCCL>>> coalescing_;
   std::atomic<bool> closed_{false};
-
-  // The completion watcher (ProcessGroupNCCL's watchdog): completes every Work's future in
-  // order, so that DDP's bucket callbacks never depend on someone calling wait().
-  std::mutex watch_mutex_;
-  std::condition_variable watch_cv_;
-  std::deque<c10::intrusive_ptr<WorkOCCL>> watch_queue_;
-  bool watch_stop_ = false;
-  std::thread watcher_;
+  // ProcessGroupNCCL's watchdog: a thread that completes the futures asked for and aborts
+  // the communicator when an operation outlives its timeout. Shared with the Works, which
+  // may outlive the group.
+  std::shared_ptr<Watchdog> watchdog_;
 };
 
 // ANCHOR: work
 class ProcessGroupOCCL::WorkOCCL : public c10d::Work {
  public:
   WorkOCCL(int rank, c10d::OpType type, std::vector<rust::Box<occl::Work>> handles,
-           std::shared_ptr<c10::Event> end, std::vector<at::Tensor> outputs,
-           std::vector<at::Tensor> keep, std::chrono::milliseconds timeout);
+           std::shared_ptr<c10::Event> end, c10::Stream stream, std::vector<at::Tensor> outputs,
+           std::chrono::milliseconds timeout, std::shared_ptr<Watchdog> watchdog);
 
   bool isCompleted() override;
   bool isSuccess() const override;
@@ -157,19 +151,20 @@ class ProcessGroupOCCL::WorkOCCL : public c10d::Work {
   friend class ProcessGroupOCCL;
   // The first failure's message, or nothing while running or after success.
   std::optional<std::string> failure() const;
-  // For the watcher: waits at most `slice` for the operations; true once all finished.
+  // For the watchdog: waits at most `slice` for the operations; true once all finished.
   bool waitFor(std::chrono::milliseconds slice);
-  // For the watcher, once finished: completes the future (after the stream ran the copies
+  // For the watchdog, once finished: completes the future (after the stream ran the copies
   // that follow the operation) or fails it.
   void completeFuture(const std::optional<std::string>& why = std::nullopt);
 
   std::vector<rust::Box<occl::Work>> handles_;
   std::shared_ptr<c10::Event> end_;  // recorded on the stream after the operation
+  c10::Stream stream_;               // that stream
   std::vector<at::Tensor> outputs_;
-  std::vector<at::Tensor> keep_;  // temporaries the device still uses
   std::chrono::milliseconds timeout_;
-  std::chrono::steady_clock::time_point queued_;
-  c10::intrusive_ptr<c10::ivalue::Future> future_;
+  std::shared_ptr<Watchdog> watchdog_;
+  std::mutex future_mutex_;
+  c10::intrusive_ptr<c10::ivalue::Future> future_;  // made when first asked for
 };
 
 }  // namespace openreg
