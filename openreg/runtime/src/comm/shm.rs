@@ -179,14 +179,6 @@ struct Waiting {
 
 impl Waiting {
     fn new() -> Waiting {
-        thread_local! {
-            // Linux stretches a sleep by the thread's timer slack (50 µs by default), which
-            // would more than triple each 20 µs step: ask for none, once per thread.
-            static PRECISE: () = unsafe {
-                libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong);
-            };
-        }
-        PRECISE.with(|_| ());
         let now = Instant::now();
         Waiting { since: now, checked: now }
     }

@@ -121,9 +121,14 @@ struct ProcessGroupOCCL::Launch {
 // ANCHOR: watchdog
 class ProcessGroupOCCL::Watchdog {
  public:
-  explicit Watchdog(std::function<void(const std::string&)> abort) : abort_(std::move(abort)) {
-    thread_ = std::thread([this] { run(); });
+  // The thread shares ownership: it may outlive the group by a callback (see stop).
+  static std::shared_ptr<Watchdog> start(std::function<void(const std::string&)> abort) {
+    auto watchdog = std::make_shared<Watchdog>(std::move(abort));
+    watchdog->thread_ = std::thread([self = watchdog] { self->run(); });
+    return watchdog;
   }
+
+  explicit Watchdog(std::function<void(const std::string&)> abort) : abort_(std::move(abort)) {}
 
   // Every operation, for its timeout: only a handle and a deadline (no tensors kept alive).
   void watch(const WorkOCCL& work) {
@@ -207,6 +212,9 @@ class ProcessGroupOCCL::Watchdog {
   // OCCL's own receive timeout fires first; this is the backstop for an operation that never
   // got as far as a receive (its stream stuck behind other work).
   void checkTimeouts(std::unique_lock<std::mutex>& lock) {
+    if (stop_) {  // the communicator is closed, or gone
+      return;
+    }
     auto now = std::chrono::steady_clock::now();
     std::optional<std::chrono::milliseconds> expired;
     std::erase_if(running_, [&](const Running& r) {
@@ -398,7 +406,7 @@ ProcessGroupOCCL::ProcessGroupOCCL(const c10::intrusive_ptr<c10d::Store>& store,
           C10_THROW_ERROR(DistBackendError, e.what());
         }
       }()),
-      watchdog_(std::make_shared<Watchdog>([comm = &*comm_](const std::string& why) { comm->abort(why); })) {}
+      watchdog_(Watchdog::start([comm = &*comm_](const std::string& why) { comm->abort(why); })) {}
 // ANCHOR_END: constructor
 
 ProcessGroupOCCL::~ProcessGroupOCCL() {
