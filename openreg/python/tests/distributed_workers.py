@@ -534,6 +534,27 @@ def ddp_comm_hooks(rank, world):
     dist.destroy_process_group()
 
 
+def watchdog(rank, world):
+    """An operation that never starts (its stream is busy past twice the timeout) is aborted
+    by the watchdog, not waited for forever; the peer fails too."""
+    from torch_openreg.openreg.distributed import Options
+
+    init(rank, world, pg_options=Options(timeout=datetime.timedelta(seconds=1)))
+    dev = device(rank)
+    dist.barrier()
+    start = time.monotonic()
+    if rank == 0:
+        torch.openreg._sleep(4000)  # the stream is busy for 4 s: the all-reduce waits behind it
+    try:
+        dist.all_reduce(torch.ones(4, device=dev))
+        raise AssertionError("all_reduce behind a stuck stream returned")
+    except dist.DistBackendError as e:
+        if rank == 0:
+            assert "occl watchdog" in str(e) and "2.0 s" in str(e), str(e)
+    assert time.monotonic() - start < 15
+    dist.destroy_process_group()
+
+
 if __name__ == "__main__":
     scenario, rank, world, port = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=port)

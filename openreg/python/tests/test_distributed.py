@@ -105,6 +105,10 @@ def test_dtensor_basics():
     run("dtensor", 2)
 
 
+def test_the_watchdog_aborts_an_operation_stuck_past_its_timeout():
+    run("watchdog", 2, timeout=60)
+
+
 def test_work_is_cpp_and_completes_and_fails_without_wait():
     run("work_contract", 2)
 
