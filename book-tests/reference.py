@@ -31,6 +31,8 @@ CHAPTERS = [
     ("openreg/runtime/src/graph.rs", "graphs.md", "Graphs"),
     ("openreg/torch/csrc/operators/*", "operators.md", "Operators"),
     ("openreg/torch/csrc/high_level/Autocast.cpp", "amp.md", "AMP"),
+    ("openreg/torch/csrc/high_level/ProcessGroupOCCL.*", "distributed.md", "Distributed"),
+    ("openreg/torch/src/high_level/*", "distributed.md", "Distributed"),
     ("openreg/torch/csrc/*", "architecture.md", "Architecture & build"),
     ("openreg/torch/src/operators/*", "kernels.md", "Kernels in Rust"),
     ("openreg/torch/src/runtime/stream.rs", "streams.md", "Streams & events"),
@@ -38,7 +40,6 @@ CHAPTERS = [
     ("openreg/torch/src/runtime/*", "memory.md", "Memory & allocators"),
     ("openreg/torch/src/*", "architecture.md", "Architecture & build"),
     ("openreg/runtime/src/comm/*", "distributed.md", "Distributed"),
-    ("openreg/python/src/distributed.rs", "distributed.md", "Distributed"),
     (f"{PACKAGE}/openreg/distributed.py", "distributed.md", "Distributed"),
     ("openreg/runtime/src/fork.rs", "generator.md", "Generator"),
     ("openreg/runtime/src/trace.rs", "profiler.md", "Profiler"),
@@ -137,20 +138,32 @@ def overrides(text: str):
     return found
 
 
-CLASS = re.compile(r"(?:struct|class)\s+(\w+)\s*(?:final\s*)?:\s*(?:public\s+)?([\w:]+)")
+# `class A : public B`, `struct A::Inner : B` (a nested class defined outside its parent).
+CLASS = re.compile(r"(?:struct|class)\s+((?:\w+::)*\w+)\s*(?:final\s*)?:(?!:)\s*(?:public\s+)?([\w:]+)")
+
+
+def body(text: str, start: int) -> tuple:
+    """The span of the `{ ... }` that opens at or after `start`."""
+    open_at = text.find("{", start)
+    depth = 0
+    for i in range(open_at, len(text)):
+        depth += {"{": 1, "}": -1}.get(text[i], 0)
+        if depth == 0:
+            return open_at, i
+    return open_at, len(text)
 
 
 def interfaces() -> str:
     rows = []
     for path in sources(f"{GLUE}/runtime/*", f"{GLUE}/operators/*", f"{GLUE}/high_level/*"):
         text = path.read_text()
-        classes = [(m.start(), m.group(1), m.group(2)) for m in CLASS.finditer(text)]
+        classes = [(*body(text, m.end()), m.group(1), m.group(2)) for m in CLASS.finditer(text)]
         for at, method in overrides(text):
-            # The class whose declaration comes last before the method.
-            enclosing = [c for c in classes if c[0] < at]
-            if not enclosing or enclosing[-1][2] == "Meta":
+            # The innermost class whose body holds the method (a nested class ends at its `}`).
+            enclosing = sorted((c for c in classes if c[0] < at < c[1]), key=lambda c: c[0])
+            if not enclosing or enclosing[-1][3] == "Meta":
                 continue
-            _, ours, base = enclosing[-1]
+            _, _, ours, base = enclosing[-1]
             rows.append(f"| `{method}` | `{base}` (`{ours}`) | `{rel(path)}` | {link(rel(path))} |")
     return "| method | interface (our class) | file | chapter |\n|---|---|---|---|\n" + "\n".join(rows)
 
@@ -219,7 +232,8 @@ for prefix, module in [("torch.openreg", torch.openreg), ("torch.openreg.amp", t
         if name.startswith("_") or inspect.ismodule(obj) or not callable(obj) or getattr(obj, "__module__", "").split(".")[0] != "torch_openreg":
             continue
         doc = (inspect.getdoc(obj) or "").split("\n\n")[0].replace("\n", " ").replace("|", "\\|")
-        path = inspect.getsourcefile(inspect.unwrap(obj))
+        # A class bound in C++ (pybind11) has no source: the module that exports it stands in.
+        path = inspect.getsourcefile(inspect.unwrap(obj)) or inspect.getsourcefile(module)
         rows.append(f"{prefix}.{name}\t{doc}\t{path}")
 print("\n".join(rows))
 """

@@ -135,6 +135,12 @@ def collectives(rank, world):
             for r in reqs:
                 r.wait()
             same(got, data((rank - 1) % world, n, dtype), f"send/recv {dtype} {n}")
+            # the same through batch_isend_irecv, which coalesces them (start/endCoalescing)
+            got = torch.empty(n, dtype=dtype, device=dev)
+            ops = [dist.P2POp(dist.isend, mine, (rank + 1) % world), dist.P2POp(dist.irecv, got, (rank - 1) % world)]
+            for r in dist.batch_isend_irecv(ops):
+                r.wait()
+            same(got, data((rank - 1) % world, n, dtype), f"batch_isend_irecv {dtype} {n}")
     # 64 MiB buffers through the ring, the chain and the pairwise exchange
     big = torch.full((16 << 20,), float(rank + 1), device=dev)
     dist.all_reduce(big)
