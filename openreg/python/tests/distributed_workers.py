@@ -137,8 +137,8 @@ def collectives(rank, world):
             same(got, data((rank - 1) % world, n, dtype), f"send/recv {dtype} {n}")
             # the same through batch_isend_irecv, which coalesces them (start/endCoalescing)
             got = torch.empty(n, dtype=dtype, device=dev)
-            ops = [dist.P2POp(dist.isend, mine, (rank + 1) % world), dist.P2POp(dist.irecv, got, (rank - 1) % world)]
-            for r in dist.batch_isend_irecv(ops):
+            p2p = [dist.P2POp(dist.isend, mine, (rank + 1) % world), dist.P2POp(dist.irecv, got, (rank - 1) % world)]
+            for r in dist.batch_isend_irecv(p2p):
                 r.wait()
             same(got, data((rank - 1) % world, n, dtype), f"batch_isend_irecv {dtype} {n}")
     # 64 MiB buffers through the ring, the chain and the pairwise exchange

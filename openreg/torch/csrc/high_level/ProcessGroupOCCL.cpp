@@ -1,6 +1,6 @@
 // ProcessGroupOCCL's collectives and Work. Each collective checks its tensors, describes the
 // operation to OCCL (byte ranges, a dtype name, a reduction), queues it on a stream and wraps
-// the handle OCCL returns in a WorkOCCL; a watcher thread completes the Works' futures.
+// the handle OCCL returns in a WorkOCCL; the watchdog completes the futures asked for.
 
 #include "high_level/ProcessGroupOCCL.h"
 
@@ -325,11 +325,10 @@ c10::intrusive_ptr<c10::ivalue::Future> ProcessGroupOCCL::WorkOCCL::getFuture() 
     // synchronization. (ProcessGroupNCCL's is device-aware and complete at launch.)
     static const auto type = c10::ListType::create(c10::TensorType::get());
     future_ = c10::make_intrusive<c10::ivalue::Future>(type);
-    auto self = c10::intrusive_ptr<WorkOCCL>::reclaim_copy(this);
-    if (!watchdog_->complete(self)) {  // the group is gone: complete it here
-      completeFuture(waitFor(std::chrono::milliseconds(0))
-                         ? std::nullopt
-                         : std::optional<std::string>("occl: the process group was destroyed"));
+    if (waitFor(std::chrono::milliseconds(0))) {  // already finished: no thread needed
+      completeFuture();
+    } else if (!watchdog_->complete(c10::intrusive_ptr<WorkOCCL>::reclaim_copy(this))) {
+      completeFuture(std::string("occl: the process group was destroyed"));  // the group is gone
     }
   }
   return future_;
