@@ -460,6 +460,12 @@ def work_contract(rank, world):
     assert work.is_success() and work.exception() is None
     same(t, torch.full((1000,), float(world * (world + 1) / 2)), "completed without wait")
     assert work.get_future().done()  # the watcher completed the future too
+    # The profiler shows each collective under its name, as nccl:all_reduce for NCCL.
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        dist.all_reduce(t)
+        dist.all_gather_into_tensor(torch.empty(2 * world, device=dev), torch.ones(2, device=dev))
+    names = {e.name for e in prof.events()}
+    assert {"occl:all_reduce", "occl:all_gather_into_tensor"} <= names, sorted(names)
     # A failure (sizes differ across ranks), observed only through the Work's state.
     group = dist.new_group(backend="occl")
     work = dist.all_reduce(torch.ones(10 + rank, device=dev), group=group, async_op=True)

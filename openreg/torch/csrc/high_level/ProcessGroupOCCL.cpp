@@ -94,6 +94,29 @@ std::string seconds(std::chrono::milliseconds ms) {
   return text;
 }
 
+// The profiler's name for an operation: a string literal, because the RecordFunction that
+// c10d::Work opens with it keeps the pointer.
+const char* profiling_title(c10d::OpType type) {
+  switch (type) {
+    case c10d::OpType::BROADCAST: return "occl:broadcast";
+    case c10d::OpType::ALLREDUCE: return "occl:all_reduce";
+    case c10d::OpType::REDUCE: return "occl:reduce";
+    case c10d::OpType::ALLGATHER: return "occl:all_gather";
+    case c10d::OpType::_ALLGATHER_BASE: return "occl:all_gather_into_tensor";
+    case c10d::OpType::GATHER: return "occl:gather";
+    case c10d::OpType::SCATTER: return "occl:scatter";
+    case c10d::OpType::REDUCE_SCATTER: return "occl:reduce_scatter";
+    case c10d::OpType::_REDUCE_SCATTER_BASE: return "occl:reduce_scatter_tensor";
+    case c10d::OpType::ALLTOALL_BASE: return "occl:all_to_all_single";
+    case c10d::OpType::ALLTOALL: return "occl:all_to_all";
+    case c10d::OpType::SEND: return "occl:send";
+    case c10d::OpType::RECV: return "occl:recv";
+    case c10d::OpType::BARRIER: return "occl:barrier";
+    case c10d::OpType::COALESCED: return "occl:coalesced";
+    default: return "occl:operation";
+  }
+}
+
 std::chrono::milliseconds since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start);
 }
@@ -250,13 +273,27 @@ class ProcessGroupOCCL::Watchdog {
 ProcessGroupOCCL::WorkOCCL::WorkOCCL(int rank, c10d::OpType type, std::vector<rust::Box<occl::Work>> handles,
                                      std::shared_ptr<c10::Event> end, c10::Stream stream, std::vector<at::Tensor> outputs,
                                      std::chrono::milliseconds timeout, std::shared_ptr<Watchdog> watchdog)
-    : c10d::Work(rank, type),
+    // With a title, c10d::Work opens a RecordFunction: the profiler shows the operation from
+    // launch to completion (recordEnd closes it).
+    : c10d::Work(rank, type, profiling_title(type)),
       handles_(std::move(handles)),
       end_(std::move(end)),
       stream_(stream),
       outputs_(std::move(outputs)),
       timeout_(timeout),
       watchdog_(std::move(watchdog)) {}
+
+ProcessGroupOCCL::WorkOCCL::~WorkOCCL() {
+  recordEnd();  // never observed: the profiler's event ends here
+}
+
+void ProcessGroupOCCL::WorkOCCL::recordEnd() {
+  std::call_once(recorded_, [&] {
+    if (recordFunctionEndCallback_) {
+      recordFunctionEndCallback_();
+    }
+  });
+}
 
 // ANCHOR: work_methods
 bool ProcessGroupOCCL::WorkOCCL::isCompleted() {
@@ -265,7 +302,11 @@ bool ProcessGroupOCCL::WorkOCCL::isCompleted() {
       return false;
     }
   }
-  return failure().has_value() || end_->query();
+  if (failure().has_value() || end_->query()) {
+    recordEnd();
+    return true;
+  }
+  return false;
 }
 
 bool ProcessGroupOCCL::WorkOCCL::isSuccess() const {
@@ -292,6 +333,9 @@ bool ProcessGroupOCCL::WorkOCCL::wait(std::chrono::milliseconds timeout) {
       left = std::max<int64_t>(0, (timeout - since(start)).count());
     }
     auto status = h->wait(left);
+    if (status != occl::Status::Running && &h == &handles_.back()) {
+      recordEnd();
+    }
     if (status == occl::Status::Running) {
       C10_THROW_ERROR(DistBackendError,
                       c10::str("occl ", std::string(h->describe()), " did not complete within ",
@@ -360,6 +404,7 @@ bool ProcessGroupOCCL::WorkOCCL::waitFor(std::chrono::milliseconds slice) {
 }
 
 void ProcessGroupOCCL::WorkOCCL::completeFuture(const std::optional<std::string>& why) {
+  recordEnd();
   try {
     auto failed = why ? why : failure();
     if (failed) {

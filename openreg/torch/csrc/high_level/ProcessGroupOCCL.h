@@ -135,6 +135,7 @@ class ProcessGroupOCCL::WorkOCCL : public c10d::Work {
   WorkOCCL(int rank, c10d::OpType type, std::vector<rust::Box<occl::Work>> handles,
            std::shared_ptr<c10::Event> end, c10::Stream stream, std::vector<at::Tensor> outputs,
            std::chrono::milliseconds timeout, std::shared_ptr<Watchdog> watchdog);
+  ~WorkOCCL() override;
 
   bool isCompleted() override;
   bool isSuccess() const override;
@@ -151,6 +152,8 @@ class ProcessGroupOCCL::WorkOCCL : public c10d::Work {
   friend class ProcessGroupOCCL;
   // The first failure's message, or nothing while running or after success.
   std::optional<std::string> failure() const;
+  // Ends the profiler's event for the operation, once, when it is first seen finished.
+  void recordEnd();
   // For the watchdog: waits at most `slice` for the operations; true once all finished.
   bool waitFor(std::chrono::milliseconds slice);
   // For the watchdog, once finished: completes the future (after the stream ran the copies
@@ -165,6 +168,7 @@ class ProcessGroupOCCL::WorkOCCL : public c10d::Work {
   std::shared_ptr<Watchdog> watchdog_;
   std::mutex future_mutex_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;  // made when first asked for
+  std::once_flag recorded_;
 };
 
 }  // namespace openreg
