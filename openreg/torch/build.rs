@@ -61,6 +61,7 @@ fn main() {
         // High-level modules.
         "csrc/high_level/Autocast.cpp",
         "csrc/high_level/ProcessGroupOCCL.cpp",
+        "csrc/high_level/AOTInductor.cpp",
     ];
     // torchgen writes the registrations listed in native_functions.yaml (csrc/operators/Codegen.cpp
     // includes them).
@@ -74,10 +75,13 @@ fn main() {
     // torch was built with, which enables PyTorch's Kineto declarations.
     let kineto = torch.include_dirs.iter().map(|d| d.join("kineto")).find(|d| d.join("libkineto.h").exists());
     build.include(kineto.expect("torch's include directory has no kineto/libkineto.h")).define("USE_KINETO", None);
-    build.files(sources).include("csrc").include(&generated).compile("openreg_torch_glue");
+    // openreg_aoti.h, the interface packaged models compile against, ships in the Python package.
+    let aoti_include = "../python/torch_openreg/include";
+    build.files(sources).include("csrc").include(aoti_include).include(&generated).compile("openreg_torch_glue");
     torch.link();
 
     println!("cargo:rerun-if-changed=csrc");
+    println!("cargo:rerun-if-changed={aoti_include}");
     // Handed to the Python crate's build script (DEP_OPENREG_TORCH_*), and to the Rust code.
     println!("cargo:lib_dir={}", torch.lib_dir.display());
     println!("cargo:rustc-env=OPENREG_TORCH_VERSION={}", torch.release());

@@ -11,7 +11,7 @@ use pyo3::types::PyType;
 
 use openreg_runtime as rt;
 
-mod compiled;
+use openreg_torch::compiled;
 use openreg_torch::error::{ErrorKind, kind_of};
 
 // ANCHOR: errors

@@ -5,6 +5,8 @@
 """
 
 import atexit
+import ctypes
+import os
 import time
 
 import torch
@@ -36,6 +38,13 @@ torch.utils.generate_methods_for_privateuse1_backend(
 # _get_generator and default_generators: AOTAutograd's graph-safe RNG may use it, as CUDA's.
 torch._functorch._aot_autograd.utils.register_graphsafe_rng_device_type("openreg")
 # ANCHOR_END: setup
+
+# ANCHOR: global_symbols
+# A model packaged by AOTInductor (a shared library torch loads later) finds the backend through
+# one exported symbol, openreg_aoti_shim. Python loads extension modules with RTLD_LOCAL, which
+# hides their symbols from libraries loaded afterwards: make ours global.
+ctypes.CDLL(torch_openreg._C.__file__, mode=os.RTLD_GLOBAL | os.RTLD_NOLOAD)
+# ANCHOR_END: global_symbols
 
 
 # ANCHOR: dlpack

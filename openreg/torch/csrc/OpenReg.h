@@ -52,6 +52,7 @@ at::Tensor softmax_with_lse(const at::Tensor& scores, const at::Tensor& lse);
 at::HostAllocator* host_allocator();
 // Guard.cpp, Hooks.cpp, Minimal.cpp, Fallback.cpp
 void register_guard();
+void register_aoti_runner();
 void register_hooks();
 void register_minimal_ops();
 void register_shallow_copy();

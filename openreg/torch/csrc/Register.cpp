@@ -66,6 +66,7 @@ void register_backend() {
   register_profiler();
   register_activity_profiler();
   register_graph();
+  register_aoti_runner();
 }
 // ANCHOR_END: register_backend
 

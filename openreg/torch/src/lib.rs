@@ -13,6 +13,7 @@ mod high_level;
 mod operators;
 mod runtime;
 
+pub use high_level::compiled;
 pub use operators::fallback::{fallback_counts, reset_fallback_counts};
 
 /// The torch release the C++ glue was compiled against; the Python package checks it at import.

@@ -14,6 +14,7 @@ import ctypes
 import torch
 
 from .. import _C
+from ._aoti import cpp_wrapper_class, kernel_entry_declaration
 
 
 # ANCHOR: launcher
@@ -40,7 +41,7 @@ class CompiledKernel:
 
 
 # ANCHOR: barrier
-def exception_barrier(name: str, arg_types) -> str:
+def exception_barrier(name: str, arg_types, body: str = "kernel_body", entry: str = "kernel") -> str:
     """The C function the launcher calls, around Inductor's kernel (renamed `kernel_body`).
     Generated C++ throws on a failed check (an indirect index out of bounds, an integer
     division by zero); an exception that unwinds into the Rust stream worker aborts the
@@ -54,9 +55,9 @@ def exception_barrier(name: str, arg_types) -> str:
 #include <cstdlib>
 #include <cstring>
 #include <string>
-extern "C" int kernel(const uint64_t* args, char** message) noexcept {{
+extern "C" int {entry}(const uint64_t* args, char** message) noexcept {{
   try {{
-    kernel_body({args});
+    {body}({args});
     return 0;
   }} catch (const std::exception& e) {{
     // Generated kernels check with torch's header-only TORCH_CHECK, which throws
@@ -90,7 +91,6 @@ def init() -> None:
     )
     from torch._inductor.codegen.cpp import CppScheduling
     from torch._inductor.codegen.cpp_utils import DTYPE_TO_CPP  # noqa: F401  (imports cpp codegen)
-    from torch._inductor.codegen.cpp_wrapper_cpu import CppWrapperCpu
     from torch._inductor.codegen.common import IndentedBuffer
     from torch._inductor.codegen.wrapper import PythonWrapperCodegen
     from torch._inductor.utils import Placeholder, get_fused_kernel_name
@@ -107,9 +107,18 @@ def init() -> None:
             fused = get_fused_kernel_name(nodes, config.cpp.descriptive_names) if config.cpp.descriptive_names else ""
             name = "_".join(["cpp", fused, wrapper.next_kernel_suffix()])
             wrapper.src_to_kernel[src_code] = name
-            source = (src_code.replace(str(Placeholder.KERNEL_NAME), "kernel_body")
+            # A packaged model (AOTInductor) has all its kernels in one file: each needs its own name.
+            body_name = f"{name}_body" if V.graph.cpp_wrapper else "kernel_body"
+            source = (src_code.replace(str(Placeholder.KERNEL_NAME), body_name)
                       .replace(str(Placeholder.DESCRIPTIVE_NAME), name).replace("#pragma CMT", "//"))
             _, _, arg_types = (self.kernel_group.args if kernel_args is None else kernel_args).cpp_argdefs()
+            if V.graph.cpp_wrapper:
+                # AOTInductor: the kernel and its entry point go into the model's C++; the
+                # wrapper launches the entry point through the backend (_aoti.py).
+                barrier = exception_barrier(name, arg_types, body=body_name, entry=name)
+                wrapper.define_kernel(name, source + barrier, gpu=False,
+                                      cpp_definition=kernel_entry_declaration(name))
+                return name
             wrapper.add_import_once("from torch_openreg.openreg._inductor import CompiledKernel")
             body = IndentedBuffer()
             body.writeline(f"CompiledKernel({arg_types!r}, async_compile.cpp(r'''")
@@ -161,7 +170,11 @@ def init() -> None:
         def aten_device_type(self):
             return "at::kPrivateUse1"
 
-    register_backend_for_device("openreg", OpenRegScheduling, OpenRegWrapperCodegen, CppWrapperCpu)
+        def cpp_kernel_type(self):
+            # AOTInductor's kernel table: our kernels are plain C functions, as the CPU's.
+            return "void*"
+
+    register_backend_for_device("openreg", OpenRegScheduling, OpenRegWrapperCodegen, cpp_wrapper_class())
     register_device_op_overrides("openreg", OpenRegDeviceOpOverrides())
 
     # Inductor's scheduler picks its fusion rules by `node.is_cpu()`, which means "device type
@@ -185,6 +198,14 @@ def init() -> None:
         if not getattr(module.get_current_backend, "openreg", False):
             module.get_current_backend = _cpp_for_openreg(module.get_current_backend)
 
+    # AOTInductor precompiles the header torch ships for the device (aoti_include/<device>.h);
+    # the wheel has none for an out-of-tree device. Ours is torch's common part plus our shim,
+    # which the generated code carries inline: precompile the common part.
+    import torch._inductor.codecache as codecache
+
+    if not getattr(codecache._get_cpp_wrapper_header, "openreg", False):
+        codecache._get_cpp_wrapper_header = _common_header_for_openreg(codecache._get_cpp_wrapper_header)
+
 
 def _cpp_for_openreg(get_current_backend):
     """get_current_backend, answering "cpp" for openreg."""
@@ -193,6 +214,18 @@ def _cpp_for_openreg(get_current_backend):
     def wrapped(device_type=None):
         device_type = device_type or V.graph.get_current_device_or_throw().type
         return "cpp" if device_type == "openreg" else get_current_backend(device_type)
+
+    wrapped.openreg = True
+    return wrapped
+
+
+def _common_header_for_openreg(get_cpp_wrapper_header):
+    """_get_cpp_wrapper_header, answering torch's common AOTInductor header for openreg."""
+
+    def wrapped(device, aot_mode=False):
+        if device.split(":")[0] == "openreg":
+            return "torch/csrc/inductor/aoti_include/common.h"
+        return get_cpp_wrapper_header(device, aot_mode=aot_mode)
 
     wrapped.openreg = True
     return wrapped

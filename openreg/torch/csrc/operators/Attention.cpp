@@ -39,12 +39,19 @@ int64_t fused_sdp_choice(const at::Tensor& q, const at::Tensor& k, const at::Ten
                          const std::optional<at::Tensor>& mask, double dropout_p, bool is_causal,
                          std::optional<double> scale, bool enable_gqa) {
   const auto dtype = q.scalar_type();
-  const bool shapes = q.dim() == 4 && k.dim() == 4 && v.dim() == 4 && q.size(0) == k.size(0) &&
-                      k.size(1) == v.size(1);
+  // Sizes are read as SymInts: under torch.export the batch (or the sequence) is a symbol, and
+  // reading a fake tensor's sizes as integers would specialise the exported program to the
+  // example's sizes. Comparing a symbol with itself adds no guard.
+  auto same = [](const c10::SymInt& a, const c10::SymInt& b) {
+    return a.sym_eq(b).guard_bool(__FILE__, __LINE__);
+  };
+  const bool shapes = q.dim() == 4 && k.dim() == 4 && v.dim() == 4 &&
+                      same(q.sym_size(0), k.sym_size(0)) && same(k.sym_size(1), v.sym_size(1));
   // Without enable_gqa the heads must match; with it, the query heads split evenly over the
   // key/value heads (otherwise the math path raises PyTorch's error).
-  const bool heads = shapes && (q.size(1) == k.size(1) ||
-                                (enable_gqa && k.size(1) > 0 && q.size(1) % k.size(1) == 0));
+  const bool heads = shapes && (same(q.sym_size(1), k.sym_size(1)) ||
+                                (enable_gqa && k.sym_size(1) > 0 &&
+                                 same(q.sym_size(1) % k.sym_size(1), c10::SymInt(0))));
   const bool handled = dropout_p >= 0.0 && dropout_p < 1.0 && heads && k.scalar_type() == dtype &&
                        v.scalar_type() == dtype &&
                        (dtype == at::kFloat || dtype == at::kHalf || dtype == at::kBFloat16);

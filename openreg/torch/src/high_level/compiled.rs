@@ -1,4 +1,5 @@
-//! Running Inductor's compiled C++ kernels on the device (torch_openreg/openreg/_inductor.py):
+//! Running Inductor's compiled C++ kernels on the device (torch_openreg/openreg/_inductor.py,
+//! and packaged models through csrc/high_level/AOTInductor.cpp):
 //! a kernel is a C function over raw pointers and int64 sizes; it must see the runtime's
 //! read/write view of device memory, never the protected addresses PyTorch holds, and it must
 //! run in order with the rest of the device's work, on the current stream. The C function
@@ -101,3 +102,59 @@ pub fn launch(function: usize, args: &[Arg]) -> Result<(), LaunchError> {
     Ok(())
 }
 // ANCHOR_END: launch
+
+// ANCHOR: launch_from_cpp
+/// One argument as the C++ side of AOTInductor passes it (csrc/high_level/AOTInductor.cpp).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct LaunchArg {
+    is_tensor: u8,
+    value: u64,
+    base: u64,
+    bytes: u64,
+}
+
+/// [`launch`] for C++: 0, or 2 for an index error and 1 for any other failure, with the
+/// message written (truncated, NUL-terminated) into `message`. A panic is a failure too: it
+/// must not unwind into C++.
+///
+/// # Safety
+/// `args` points to `count` arguments and `message` to `message_len` writable bytes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn openreg_launch_compiled(
+    kernel: u64,
+    args: *const LaunchArg,
+    count: usize,
+    message: *mut c_char,
+    message_len: usize,
+) -> i32 {
+    let args: Vec<Arg> = if count == 0 {
+        Vec::new()
+    } else {
+        // SAFETY: the caller passes `count` arguments.
+        unsafe { std::slice::from_raw_parts(args, count) }
+            .iter()
+            .map(|a| (a.is_tensor != 0, a.value, a.base, a.bytes))
+            .collect()
+    };
+    let outcome = std::panic::catch_unwind(|| launch(kernel as usize, &args));
+    let (code, text) = match outcome {
+        Ok(Ok(())) => return 0,
+        Ok(Err(LaunchError::Argument(text))) => (1, text),
+        Ok(Err(LaunchError::Runtime(error))) => {
+            let index = crate::error::kind_of(&error) == crate::error::ErrorKind::Index;
+            (if index { 2 } else { 1 }, error.to_string())
+        }
+        Err(_) => (1, "a compiled openreg kernel launch panicked".to_string()),
+    };
+    if message_len > 0 {
+        let n = text.len().min(message_len - 1);
+        // SAFETY: `message` has `message_len` bytes; we write `n + 1 <= message_len`.
+        unsafe {
+            std::ptr::copy_nonoverlapping(text.as_ptr(), message.cast::<u8>(), n);
+            *message.add(n) = 0;
+        }
+    }
+    code
+}
+// ANCHOR_END: launch_from_cpp
