@@ -43,7 +43,8 @@ $(STAMP): requirements.txt
 
 # ANCHOR: build
 # The first build installs torch_openreg into the venv (editable, with its entry points); later
-# builds only rebuild the extension module in place, until pyproject.toml changes.
+# builds only rebuild the extension module in place, until pyproject.toml changes. Then the
+# Python-free library for C++ programs.
 INSTALLED := $(VENV)/.openreg-$(shell cat openreg/python/pyproject.toml | sha1sum | cut -c1-12)
 build: setup
 	@if [ -e $(INSTALLED) ] && $(PY) -c "import importlib.metadata as m; m.version('torch_openreg')" 2>/dev/null; \
@@ -52,6 +53,8 @@ build: setup
 	  -m openreg/python/Cargo.toml 2>&1 \
 	  | grep -v -e "Requirement already satisfied" -e "patchelf"; \
 	touch $(INSTALLED)
+	@# libtorch_openreg.so: the same backend for C++ programs (AOTInductor's loader, no Python).
+	CXX="$(CXX_CMD)" cargo build --release --quiet -p openreg-cpp
 # ANCHOR_END: build
 
 test: build test-rust test-python test-book

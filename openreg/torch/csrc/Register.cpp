@@ -3,6 +3,7 @@
 #include "OpenReg.h"
 
 #include <ATen/core/CachingHostAllocator.h>
+#include <c10/core/DeviceType.h>
 
 #include <cstdlib>
 #include <string>
@@ -14,6 +15,9 @@ namespace openreg {
 // registrars such as TORCH_LIBRARY_IMPL) means a linker cannot drop a registration, and a
 // failure becomes a Python exception at import. Each step is idempotent.
 void register_backend() {
+  // The device's name in strings ("openreg:0"); Python's torch.utils.rename_privateuse1_backend
+  // does the same. Here so that a C++ program (libtorch_openreg.so) gets it too.
+  c10::register_privateuse1_backend("openreg");
   c10::SetAllocator(kOpenReg, device_allocator());
   at::setHostAllocator(kOpenReg, host_allocator());
   register_guard();
