@@ -59,6 +59,23 @@ def cpp_wrapper_class():
             ]
             self.writeline(f"openreg_launch({kernel_name}, {{{', '.join(args)}}});")
 
+        def generate_input_output_runtime_checks(self):
+            # The generated checks of each input's dtype, sizes, strides and device run only
+            # when AOTI_RUNTIME_CHECK_INPUTS=1. An input on the wrong device or of the wrong
+            # shape must give an error, not read past a buffer: for openreg they run unless
+            # AOTI_RUNTIME_CHECK_INPUTS=0. The device check needs the type's number:
+            # c10::DeviceType::PrivateUse1 (torch/headeronly/core/DeviceType.h).
+            from torch._inductor.codegen import cpp_utils
+
+            cpp_utils.DEVICE_TO_INT.setdefault("openreg", 20)
+            super().generate_input_output_runtime_checks()
+            buffer = getattr(self.prefix, "aot", self.prefix)
+            off_unless_set = "const static bool result = env_var_value != nullptr && env_var_value[0] != '0';"
+            on_unless_zero = "const static bool result = env_var_value == nullptr || env_var_value[0] != '0';"
+            for i, line in enumerate(buffer._lines):
+                if isinstance(line, str) and off_unless_set in line:
+                    buffer._lines[i] = line.replace(off_unless_set, on_unless_zero)
+
         def _write_constants_unpacking(self):
             # As CppWrapperCpu writes it, except that a weight on the device is the device
             # copy of the host one, made by the first run.

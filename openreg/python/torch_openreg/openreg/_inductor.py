@@ -60,12 +60,19 @@ extern "C" int {entry}(const uint64_t* args, char** message) noexcept {{
     {body}({args});
     return 0;
   }} catch (const std::exception& e) {{
-    // Generated kernels check with torch's header-only TORCH_CHECK, which throws
-    // std::runtime_error("<function>, <file>:<line>, <message>"): keep the message. Inductor's
-    // bounds check on an indirect index is the one eager code raises as IndexError.
+    // Keep the check's message. torch.compile's kernels use torch's header-only TORCH_CHECK,
+    // which throws std::runtime_error("<function>, <file>:<line>, <message>"); a packaged
+    // model's (AOTInductor) use libc10's, whose c10::Error reads "<message>\\nException raised
+    // from ..." and a backtrace. Inductor's bounds check on an indirect index is the one eager
+    // code raises as IndexError.
     std::string what = e.what();
-    size_t file = what.find(", "), text = file == std::string::npos ? file : what.find(", ", file + 2);
-    if (text != std::string::npos && what.find(':', file) < text) what = what.substr(text + 2);
+    size_t trace = what.find("\\nException raised from ");
+    if (trace != std::string::npos) {{
+      what = what.substr(0, trace);
+    }} else {{
+      size_t file = what.find(", "), text = file == std::string::npos ? file : what.find(", ", file + 2);
+      if (text != std::string::npos && what.find(':', file) < text) what = what.substr(text + 2);
+    }}
     *message = strdup((what + "{where}").c_str());
     return what.rfind("index out of bounds", 0) == 0 ? 2 : 1;
   }} catch (...) {{
