@@ -162,7 +162,7 @@ class OpenRegModelRunner : public torch::inductor::AOTIModelContainerRunner {
     if (device.has_index()) {
       auto count = c10::impl::getDeviceGuardImpl(kOpenReg)->deviceCount();
       TORCH_CHECK_VALUE(device.index() < count, "an openreg model cannot run on ", device_str,
-                        ": there are ", count, " openreg devices");
+                        ": there are ", static_cast<int>(count), " openreg devices");
     }
     return device_str;
   }
