@@ -179,6 +179,68 @@ def compile_bench() -> str:
     return "\n".join(out.splitlines()[1:]) + "\n"
 
 
+AOTI_CODE = r"""
+import re, sys, tempfile, zipfile
+import torch
+sys.path.insert(0, "openreg/cpp")
+import build_example
+
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4)).to("openreg").eval()
+x = torch.randn(3, 8, device="openreg")
+program = torch.export.export(model, (x,), dynamic_shapes=({0: torch.export.Dim("batch", min=2, max=64)},))
+directory = tempfile.mkdtemp()
+path = torch._inductor.aoti_compile_and_package(program, package_path=f"{directory}/mlp.pt2")
+with zipfile.ZipFile(path) as archive:
+    read = lambda suffix: archive.read(next(n for n in archive.namelist() if n.endswith(suffix))).decode()
+    wrapper, kernels = read(".wrapper.cpp"), read(".kernel.cpp")
+
+def block(text, start, end):
+    lines = text.splitlines()
+    first = next(i for i, l in enumerate(lines) if start in l)
+    last = next(i for i in range(first, len(lines)) if end in lines[i])
+    return [l for l in lines[first:last + 1] if l.strip()]
+
+print("// The model's constructor: a CPU model to torch's runtime, then told its device")
+constructor = block(wrapper, "AOTInductorModel::AOTInductorModel(std::shared_ptr", "constants_info_[0].device_type")
+print("\n".join(constructor))
+print("    ...")
+print()
+print("// run_impl: the inference step")
+run = block(wrapper, "void AOTInductorModel::run_impl(", "} // AOTInductorModel::run_impl")
+code = [re.sub(r"\s*//.*$", "", l) for l in run]  # the comments go; the code stays
+print("\n".join(l for l in code if l.strip()))
+print()
+print("// kernel.cpp: a kernel's entry point (the exception barrier)")
+entry = block(kernels, 'extern "C" int cpp_fused', "catch (const std::exception& e)")
+print("\n".join(entry))
+print("  ...")
+print()
+torch.save([torch.randn(5, 8)], f"{directory}/inputs.pt")
+binary = build_example.build("run_package")
+import subprocess
+subprocess.run([str(binary), path, f"{directory}/inputs.pt", f"{directory}/outputs.pt"], check=True, env={"PATH": "/usr/bin:/bin"})
+(out,) = torch.load(f"{directory}/outputs.pt")
+(inputs,) = torch.load(f"{directory}/inputs.pt")
+print("// run_package (C++, no Python) on a batch of 5: matches eager openreg:",
+      torch.allclose(out, model(inputs.to("openreg")).detach().cpu(), atol=1e-6))
+"""
+
+
+def aoti_code() -> str:
+    with tempfile.TemporaryDirectory() as cache:
+        out = subprocess.run([PY, "-c", AOTI_CODE], check=True, cwd=ROOT, capture_output=True, text=True,
+                             env={**os.environ, "TORCHINDUCTOR_CACHE_DIR": cache}).stdout
+    # The kernels' names end in a hash of the graph: keep the names, drop nothing else.
+    return out
+
+
+def aoti_bench() -> str:
+    out = subprocess.run([PY, str(ROOT / "bench/aoti.py")], check=True, cwd=ROOT,
+                         capture_output=True, text=True).stdout
+    return out.strip("\n") + "\n"
+
+
 def profiler_trace() -> str:
     return subprocess.run([PY, str(ROOT / "book-tests/trace_picture.py"), str(OUT / "profiler-trace.svg")],
                           check=True, cwd=ROOT, capture_output=True, text=True).stdout
@@ -249,7 +311,16 @@ OUTPUTS = {
     "compile-code": (compile_code, ["openreg/python/torch_openreg/openreg/_inductor.py",
                                     "openreg/python/torch_openreg/openreg/_dynamo.py", "book-tests/generate.py"]),
     "compile-bench": (compile_bench, ["bench/compile.py", "openreg/python/torch_openreg/openreg/_inductor.py",
-                                      "openreg/python/src/compiled.rs", *KERNELS, "book-tests/generate.py"]),
+                                      "openreg/torch/src/high_level/compiled.rs", *KERNELS, "book-tests/generate.py"]),
+    "aoti-code": (aoti_code, ["openreg/python/torch_openreg/openreg/_aoti.py",
+                              "openreg/python/torch_openreg/openreg/_inductor.py",
+                              "openreg/python/torch_openreg/include/openreg_aoti.h",
+                              "openreg/cpp/examples/run_package.cpp", "book-tests/generate.py"]),
+    "aoti-bench": (aoti_bench, ["bench/aoti.py", "openreg/python/torch_openreg/openreg/_aoti.py",
+                                "openreg/python/torch_openreg/openreg/_inductor.py",
+                                "openreg/python/torch_openreg/include/openreg_aoti.h",
+                                "openreg/torch/csrc/high_level/AOTInductor.cpp",
+                                "openreg/torch/src/high_level/compiled.rs", *KERNELS, "book-tests/generate.py"]),
     "distributed-bench": (distributed_bench, ["bench/distributed.py", "openreg/runtime/src/comm/mod.rs",
                                               "openreg/runtime/src/comm/transport.rs",
                                               "openreg/runtime/src/comm/reduce.rs",

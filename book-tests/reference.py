@@ -32,6 +32,9 @@ CHAPTERS = [
     ("openreg/torch/csrc/operators/*", "operators.md", "Operators"),
     ("openreg/torch/csrc/high_level/Autocast.cpp", "amp.md", "AMP"),
     ("openreg/torch/csrc/high_level/ProcessGroupOCCL.*", "distributed.md", "Distributed"),
+    ("openreg/torch/csrc/high_level/AOTInductor.cpp", "export.md", "Export & deployment"),
+    ("openreg/torch/src/high_level/aoti.rs", "export.md", "Export & deployment"),
+    ("openreg/torch/src/high_level/compiled.rs", "compile.md", "torch.compile"),
     ("openreg/torch/src/high_level/*", "distributed.md", "Distributed"),
     ("openreg/torch/csrc/*", "architecture.md", "Architecture & build"),
     ("openreg/torch/src/operators/*", "kernels.md", "Kernels in Rust"),
@@ -54,7 +57,9 @@ CHAPTERS = [
     (f"{PACKAGE}/openreg/profiler.py", "profiler.md", "Profiler"),
     (f"{PACKAGE}/openreg/_dynamo.py", "compile.md", "torch.compile"),
     (f"{PACKAGE}/openreg/_inductor.py", "compile.md", "torch.compile"),
-    ("openreg/python/src/compiled.rs", "compile.md", "torch.compile"),
+    (f"{PACKAGE}/openreg/_aoti.py", "export.md", "Export & deployment"),
+    (f"{PACKAGE}/include/*", "export.md", "Export & deployment"),
+    ("openreg/cpp/*", "export.md", "Export & deployment"),
     (f"{PACKAGE}/openreg/*", "frontend.md", "Device module & generated methods"),
 ]
 # ANCHOR_END: chapters

@@ -55,7 +55,12 @@ def exception_barrier(name: str, arg_types, body: str = "kernel_body", entry: st
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <omp.h>
 extern "C" int {entry}(const uint64_t* args, char** message) noexcept {{
+  // Kernels run on a stream's worker thread, between our own multi-threaded kernels (gemm,
+  // reductions). An OpenMP team started here would keep spinning on the cores those need.
+  static thread_local const bool serial = (omp_set_num_threads(1), true);
+  (void)serial;
   try {{
     {body}({args});
     return 0;

@@ -6,6 +6,7 @@
 //! never throws: it returns the class of a C++ exception its code raised and hands over the
 //! message, which the stream reports at the next synchronize.
 
+// ANCHOR: run
 use std::ffi::{CStr, c_char, c_void};
 
 use openreg_runtime as rt;
@@ -102,6 +103,7 @@ pub fn launch(function: usize, args: &[Arg]) -> Result<(), LaunchError> {
     Ok(())
 }
 // ANCHOR_END: launch
+// ANCHOR_END: run
 
 // ANCHOR: launch_from_cpp
 /// One argument as the C++ side of AOTInductor passes it (csrc/high_level/AOTInductor.cpp).
