@@ -97,6 +97,7 @@ bench: build
 	$(PY) bench/graphs.py
 	$(PY) bench/rng.py
 	$(PY) bench/compile.py
+	$(PY) bench/aoti.py
 	$(PY) bench/distributed.py
 
 bench-build: build

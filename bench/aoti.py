@@ -6,11 +6,9 @@ measured in one run.
 `python bench/aoti.py` prints the table (`make bench` runs it).
 """
 
-import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import torch
@@ -19,18 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "openreg" / "cpp"))
 import build_example  # noqa: E402
 
-
-def per_call(fn, sync, calls, repeats=7):
-    fn()
-    sync()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        sync()
-        times.append((time.perf_counter() - start) / calls)
-    return statistics.median(times)
+from compile import per_call  # noqa: E402  (bench/compile.py: median time per call)
 
 
 def mlp(width=256):

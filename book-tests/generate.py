@@ -316,7 +316,7 @@ OUTPUTS = {
                               "openreg/python/torch_openreg/openreg/_inductor.py",
                               "openreg/python/torch_openreg/include/openreg_aoti.h",
                               "openreg/cpp/examples/run_package.cpp", "book-tests/generate.py"]),
-    "aoti-bench": (aoti_bench, ["bench/aoti.py", "openreg/python/torch_openreg/openreg/_aoti.py",
+    "aoti-bench": (aoti_bench, ["bench/aoti.py", "bench/compile.py", "openreg/python/torch_openreg/openreg/_aoti.py",
                                 "openreg/python/torch_openreg/openreg/_inductor.py",
                                 "openreg/python/torch_openreg/include/openreg_aoti.h",
                                 "openreg/torch/csrc/high_level/AOTInductor.cpp",

@@ -84,7 +84,9 @@ def _interface():
             import hashlib
             from pathlib import Path
 
-            codegen = (Path(__file__).parent / "_inductor.py").read_bytes()
+            here = Path(__file__).parent
+            codegen = b"".join(p.read_bytes() for p in (
+                here / "_inductor.py", here / "_aoti.py", here.parent / "include" / "openreg_aoti.h"))
             return {"device": "openreg", "torch": openreg._C._torch_version,
                     "codegen": hashlib.sha256(codegen).hexdigest()[:16]}
 
