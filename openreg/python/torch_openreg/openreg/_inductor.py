@@ -210,6 +210,15 @@ def init() -> None:
         if not getattr(module.get_current_backend, "openreg", False):
             module.get_current_backend = _cpp_for_openreg(module.get_current_backend)
 
+    # Inductor's layout optimization turns a graph with convolutions channels-last by GPU
+    # heuristics (GraphLowering.decide_layout_opt). Our convolution kernel computes on
+    # contiguous tensors and would copy each channels-last input and weight back on every call:
+    # keep openreg graphs in the layout their tensors have.
+    from torch._inductor.graph import GraphLowering
+
+    if not getattr(GraphLowering.decide_layout_opt, "openreg", False):
+        GraphLowering.decide_layout_opt = staticmethod(_no_layout_opt_for_openreg(GraphLowering.decide_layout_opt))
+
     # AOTInductor precompiles the header torch ships for the device (aoti_include/<device>.h);
     # the wheel has none for an out-of-tree device. Ours is torch's common part plus our shim,
     # which the generated code carries inline: precompile the common part.
@@ -226,6 +235,20 @@ def _cpp_for_openreg(get_current_backend):
     def wrapped(device_type=None):
         device_type = device_type or V.graph.get_current_device_or_throw().type
         return "cpp" if device_type == "openreg" else get_current_backend(device_type)
+
+    wrapped.openreg = True
+    return wrapped
+
+
+def _no_layout_opt_for_openreg(decide_layout_opt):
+    """decide_layout_opt, answering False for a graph whose tensors are on openreg."""
+
+    def wrapped(gm, *, is_inference):
+        for node in gm.graph.nodes:
+            value = node.meta.get("val")
+            if isinstance(value, torch.Tensor) and value.device.type == "openreg":
+                return False
+        return decide_layout_opt(gm, is_inference=is_inference)
 
     wrapped.openreg = True
     return wrapped
