@@ -36,7 +36,9 @@ void register_backend() {
     register_pointwise_ops();
     register_table_ops();
     register_linalg();
-    register_index_put();
+    register_indexing();
+    register_sorting();
+    register_summary_ops();
     register_reductions();
     register_matmul();
     register_softmax();

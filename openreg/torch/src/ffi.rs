@@ -12,10 +12,13 @@ use crate::runtime::device::{
 use crate::error::last_error_kind;
 use crate::operators::fallback::record_fallback;
 use crate::operators::kernels::{
-    embedding_backward, index_select, launch_abs_f32, launch_amp_unscale, launch_dropout, launch_dropout_at, launch_multinomial, launch_index_put, launch_arange, launch_fill_int, launch_arg_extremum, launch_cumsum, launch_triangle, launch_qr, launch_random, launch_randperm, launch_amp_update_scale, launch_convolution, launch_foreach, launch_fused_step,
+    embedding_backward, index_select, launch_abs_f32, launch_amp_unscale, launch_dropout, launch_dropout_at, launch_multinomial, launch_arange, launch_fill_int, launch_arg_extremum, launch_cumsum, launch_triangle, launch_qr, launch_random, launch_randperm, launch_amp_update_scale, launch_convolution, launch_foreach, launch_fused_step,
     launch_lstm_layer, launch_matmul, launch_attention, launch_loss, launch_norm, launch_pointwise, launch_pool, launch_reduction, launch_rnn_cell, launch_same_shape,
     launch_softmax, nll_loss_backward, nll_loss_forward,
 };
+use crate::operators::kernels::histogram::launch_histc;
+use crate::operators::kernels::indexing::launch_index_put;
+use crate::operators::kernels::sort::launch_sort;
 use crate::runtime::host_allocator::{
     empty_host_cache, host_free, host_malloc, host_stats, is_pinned, pointer_device,
     record_host_event, reset_host_stats,
@@ -227,6 +230,12 @@ pub(crate) mod ffi {
         LogSigmoid,
         /// (grad, self).
         LogSigmoidBackward,
+        /// Division rounded down, or toward zero (`div(..., rounding_mode=...)`).
+        DivFloor,
+        DivTrunc,
+        /// (self, vec1, vec2): `scalar * self + scalar2 * vec1 * vec2`, self ignored when
+        /// `scalar` (beta) is 0.
+        Addr,
     }
 
     /// A reduction of the Rust kernels (`kernels/reduce.rs`).
@@ -602,7 +611,7 @@ pub(crate) mod ffi {
             device: i64,
         ) -> Result<bool>;
         fn launch_randperm(out: Dense, generator: &PhiloxGenerator, device: i64) -> Result<bool>;
-        /// `index_put_` at element offsets (`csrc/operators/IndexPut.cpp`); false if the dtype is not ours.
+        /// `index_put_` at element offsets (`csrc/operators/Indexing.cpp`); false if the dtype is not ours.
         fn launch_index_put(target: Dense, offsets: &[i64], values: Dense, accumulate: bool, device: i64) -> Result<bool>;
         /// `arange` and an integer `fill_` of a contiguous tensor (`kernels/factory.rs`); false
         /// if the dtype is not one they write.
@@ -614,6 +623,13 @@ pub(crate) mod ffi {
         /// is not one they read.
         fn launch_arg_extremum(max: bool, rows: i64, len: i64, input: Dense, out: Dense, device: i64) -> Result<bool>;
         fn launch_cumsum(rows: i64, len: i64, input: Dense, out: Dense, device: i64) -> Result<bool>;
+        /// A stable sort of contiguous rows keeping the first `keep` of each, with indices
+        /// (`kernels/sort.rs`: sort, topk).
+        #[allow(clippy::too_many_arguments)]
+        fn launch_sort(rows: i64, len: i64, keep: i64, input: Dense, values: Dense, indices: Dense, descending: bool,
+                       device: i64) -> Result<bool>;
+        /// `histc` of a contiguous tensor over `[min, max]` (`kernels/histogram.rs`).
+        fn launch_histc(input: Dense, out: Dense, bins: i64, min: f64, max: f64, device: i64) -> Result<bool>;
         /// `tril`/`triu` of contiguous matrices (`kernels/triangle.rs`).
         #[allow(clippy::too_many_arguments)]
         fn launch_triangle(input: Dense, out: Dense, rows: i64, cols: i64, diagonal: i64, upper: bool, device: i64) -> Result<bool>;

@@ -9,7 +9,10 @@
 #include <ATen/native/Resize.h>
 #include <ATen/native/TensorIterator.h>
 #include <ATen/ops/cat.h>
+#include <ATen/ops/abs.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/exp.h>
+#include <ATen/ops/neg.h>
 #include <ATen/ops/glu.h>
 #include <ATen/ops/log_sigmoid_forward.h>
 #include <ATen/ops/sigmoid.h>
@@ -21,24 +24,28 @@ namespace openreg {
 namespace {
 
 // ANCHOR: log_sigmoid
-// The buffer is CPU's cache of exp(-|x|) for the backward; the backward here recomputes it,
-// so the buffer is empty (as CUDA's is).
+// The buffer is CPU's cache of exp(-|x|) for the backward. Our backward recomputes it, but
+// PyTorch's fake implementation promises the full buffer on every device but CUDA and XPU
+// (torch/_decomp/decompositions.py, log_sigmoid_forward), and compiled code trusts that
+// promise: so the buffer is made, as CPU makes it.
 std::tuple<at::Tensor&, at::Tensor&> log_sigmoid_forward_out(const at::Tensor& self, at::Tensor& output,
                                                               at::Tensor& buffer) {
+  check_devices("log_sigmoid_forward_out", {{"self", &self}, {"output", &output}, {"buffer", &buffer}});
   at::TensorIterator iter;
   iter.build_borrowing_unary_op(output, self);
   if (run_pointwise(iter, Pointwise::LogSigmoid)) {
-    buffer.resize_({0});
+    at::native::resize_output(buffer, self.sizes());
+    at::exp_out(buffer, at::neg(at::abs(self)));
     return {output, buffer};
   }
-  // A dtype the formula does not compute in: CPU's kernel, whose backward (also CPU's) reads
-  // the buffer, so it is kept.
-  note_host_path("log_sigmoid_forward", self.scalar_type());
-  at::Tensor host_buffer = at::empty({0}, self.options().device(at::kCPU));
-  at::Tensor host_output = host_alias(iter.output(0));
-  at::log_sigmoid_forward_out(host_output, host_buffer, host_alias(self));
-  buffer.resize_(host_buffer.sizes());
-  buffer.copy_(host_buffer);
+  // A dtype the formula does not compute in: CPU's kernel.
+  on_host("log_sigmoid_forward", self.scalar_type(), [&] {
+    at::Tensor host_buffer = at::empty({0}, self.options().device(at::kCPU));
+    at::Tensor host_output = host_alias(iter.output(0));
+    at::log_sigmoid_forward_out(host_output, host_buffer, host_alias(self));
+    at::native::resize_output(buffer, host_buffer.sizes());
+    buffer.copy_(host_buffer);
+  });
   return {output, buffer};
 }
 

@@ -125,11 +125,12 @@ at::Tensor convolution(const at::Tensor& input, const at::Tensor& weight,
   at::Tensor output = at::empty(sizes, input.options());
   if (!computed(input.scalar_type())) {
     // float64 and others: CPU's convolution over the runtime's view of the operands.
-    note_host_path("convolution_overrideable", input.scalar_type());
-    host_alias(output).copy_(at::convolution(host_alias(input), host_alias(weight),
-                                             bias.defined() ? host_alias(bias) : bias, stride,
-                                             padding, dilation, transposed, output_padding, groups));
-    return output;
+    return on_host("convolution_overrideable", input.scalar_type(), [&] {
+      host_alias(output).copy_(at::convolution(host_alias(input), host_alias(weight),
+                                               bias.defined() ? host_alias(bias) : bias, stride,
+                                               padding, dilation, transposed, output_padding, groups));
+      return output;
+    });
   }
   const at::Tensor x = compute(input), w = compute(weight), b = compute(bias);
   at::Tensor y = output.scalar_type() == at::kFloat ? output : at::empty(sizes, x.options());
@@ -161,13 +162,14 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward(
   check_arguments("convolution_backward_overrideable", input, weight, stride, padding, dilation,
                   groups);
   if (!computed(input.scalar_type())) {
-    note_host_path("convolution_backward_overrideable", input.scalar_type());
-    std::vector<int64_t> bias_sizes{grad_output.size(1)};
-    auto [gi, gw, gb] = at::convolution_backward(
-        host_alias(grad_output), host_alias(input), host_alias(weight), bias_sizes, stride,
-        padding, dilation, transposed, output_padding, groups, mask);
-    auto to_device = [&](const at::Tensor& t) { return t.defined() ? t.to(input.device()) : t; };
-    return {to_device(gi), to_device(gw), to_device(gb)};
+    return on_host("convolution_backward_overrideable", input.scalar_type(), [&] {
+      std::vector<int64_t> bias_sizes{grad_output.size(1)};
+      auto [gi, gw, gb] = at::convolution_backward(
+          host_alias(grad_output), host_alias(input), host_alias(weight), bias_sizes, stride,
+          padding, dilation, transposed, output_padding, groups, mask);
+      auto to_device = [&](const at::Tensor& t) { return t.defined() ? t.to(input.device()) : t; };
+      return std::tuple<at::Tensor, at::Tensor, at::Tensor>{to_device(gi), to_device(gw), to_device(gb)};
+    });
   }
   const at::Tensor g = compute(grad_output), x = compute(input), w = compute(weight);
   at::Tensor grad_input, grad_weight, grad_bias;

@@ -30,8 +30,14 @@ at::Tensor& index_select_out(const at::Tensor& self, int64_t dim, const at::Tens
   TORCH_CHECK_INDEX(index.dim() <= 1, "index_select(): Index is supposed to be a vector");
   TORCH_CHECK(index.scalar_type() == at::kLong || index.scalar_type() == at::kInt,
               "index_select(): Expected dtype int32 or int64 for index");
+  TORCH_CHECK(!(self.dim() == 0 && index.numel() != 1),
+              "index_select(): Index to scalar can have only 1 value, got ", index.numel(), " value(s)");
   TORCH_CHECK(self.scalar_type() == out.scalar_type(),
               "index_select(): self and result must have the same scalar type");
+  // CPU's checks (index_select_out_cpu_): out= may not overlap itself, self or the index.
+  at::assert_no_internal_overlap(out);
+  at::assert_no_overlap(out, self);
+  at::assert_no_overlap(out, index);
   dim = c10::maybe_wrap_dim(dim, self.dim());
   const int64_t size = self.dim() == 0 ? 1 : self.size(dim);
   const std::vector<int64_t> indices = read_indices(index);
@@ -84,9 +90,10 @@ at::Tensor dense_backward(const at::Tensor& grad_output, const at::Tensor& indic
                                        scale_grad_by_freq, grad_output.device().index());
   });
   if (!done) {
-    note_host_path("embedding_dense_backward", grad_output.scalar_type());
-    host_alias(grad_weight).copy_(at::embedding_dense_backward(
-        host_alias(grad_output), host_alias(indices), num_weights, padding_idx, scale_grad_by_freq));
+    on_host("embedding_dense_backward", grad_output.scalar_type(), [&] {
+      host_alias(grad_weight).copy_(at::embedding_dense_backward(
+          host_alias(grad_output), host_alias(indices), num_weights, padding_idx, scale_grad_by_freq));
+    });
   }
   return grad_weight;
 }

@@ -2,6 +2,8 @@
 // checks the dimensions and dtypes and sizes the output; the values of `index` are read on the
 // host, as embedding's are, checked with CPU's message, and turned into element offsets; the
 // device then moves the elements with the byte-gather kernel index_select uses.
+// scatter and scatter_add are the reverse: the same offsets, now of the elements written in
+// the result, each taking the element of `src` at the index entry's own position (or `value`).
 // masked_select is the same gather, at the offsets of the mask's true elements (read on the
 // host: the result's size depends on them, so the call waits for the device, as on CUDA).
 
@@ -11,6 +13,11 @@
 #include <ATen/ops/empty.h>
 #include <ATen/ops/gather.h>
 #include <ATen/ops/gather_meta.h>
+#include <ATen/ops/full.h>
+#include <ATen/ops/scatter.h>
+#include <ATen/ops/scatter_add.h>
+#include <ATen/ops/scatter_add_meta.h>
+#include <ATen/ops/scatter_meta.h>
 #include <c10/core/WrapDimMinimal.h>
 #include <torch/library.h>
 
@@ -73,6 +80,126 @@ at::Tensor& gather_out(const at::Tensor& self, int64_t dim, const at::Tensor& in
   return out;
 }
 
+// ANCHOR: scatter
+// The element offsets, in a tensor of `strides`, that each entry of `index` (int64 values on the
+// host) addresses along `dim`: its own coordinates, the one along `dim` replaced by its value.
+std::vector<int64_t> scatter_offsets(const at::Tensor& index, const int64_t* values, int64_t dim, int64_t size,
+                                     c10::IntArrayRef strides, bool use_value) {
+  const int64_t ndim = index.dim();
+  std::vector<int64_t> coord(ndim, 0), offsets(index.numel());
+  for (int64_t n = 0; n < index.numel(); ++n) {
+    const int64_t v = values[n];
+    TORCH_CHECK(!use_value || (v >= 0 && v < size), "index ", v, " is out of bounds for dimension ", dim,
+                " with size ", size);
+    int64_t offset = 0;
+    for (int64_t d = 0; d < ndim; ++d) {
+      offset += (d == dim && use_value ? v : coord[d]) * (d < static_cast<int64_t>(strides.size()) ? strides[d] : 0);
+    }
+    offsets[n] = offset;
+    for (int64_t d = ndim - 1; d >= 0 && ++coord[d] == index.size(d); --d) {
+      coord[d] = 0;
+    }
+  }
+  return offsets;
+}
+
+// out = self, then out[..., index[i], ...] = src[..., i, ...] (+= with accumulate), or `value`.
+template <class Meta, Variant kind>
+at::Tensor scatter(const at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Tensor& src,
+                   const std::optional<at::Scalar>& value, bool accumulate, const at::Tensor& given = {}) {
+  check_devices("scatter", {{"self", &self}, {"index", &index}, {"src", &src}, {"out", &given}});
+  Structured<Meta, kind> s(kind == Variant::InPlace ? self : given);
+  if constexpr (std::is_same_v<Meta, at::meta::structured_scatter_value>) {
+    s.meta(self, dim, index, *value);
+  } else {
+    s.meta(self, dim, index, src);
+  }
+  const at::Tensor& out = s.maybe_get_output(0);
+  if (!out.is_same(self)) {
+    out.copy_(self);
+  }
+  if (index.numel() == 0) {
+    return s.result();
+  }
+  dim = c10::maybe_wrap_dim(dim, self.dim());
+  const at::Tensor target = out.is_contiguous() ? out : out.contiguous();
+  const at::Tensor host = host_alias(index.contiguous()).to(at::kLong);  // waits for the device
+  const int64_t size = self.dim() == 0 ? 1 : self.size(dim);
+  const std::vector<int64_t> where = scatter_offsets(index, host.const_data_ptr<int64_t>(), dim, size,
+                                                     target.strides(), true);
+  at::Tensor values;
+  if (value) {
+    values = at::full({index.numel()}, *value, out.options());
+  } else {
+    const at::Tensor source = src.contiguous();
+    const std::vector<int64_t> from = scatter_offsets(index, host.const_data_ptr<int64_t>(), dim, size,
+                                                      source.strides(), false);
+    values = at::empty({index.numel()}, out.options());
+    call([&] {
+      index_select(dense(source), dense(values), source.element_size(), {from.data(), from.size()}, 1,
+                   static_cast<size_t>(source.numel()), 1, self.device().index());
+    });
+  }
+  const bool done = call([&] {
+    return launch_index_put(dense(target), {where.data(), where.size()}, dense(values), accumulate,
+                            self.device().index());
+  });
+  if (!done) {
+    on_host(accumulate ? "scatter_add" : "scatter", self.scalar_type(), [&] {
+      at::Tensor t = host_alias(target);
+      if (value) {
+        t.scatter_(dim, host_alias(index), *value);
+      } else if (accumulate) {
+        t.scatter_add_(dim, host_alias(index), host_alias(src));
+      } else {
+        t.scatter_(dim, host_alias(index), host_alias(src));
+      }
+    });
+  }
+  if (!target.is_same(out)) {
+    out.copy_(target);
+  }
+  return s.result();
+}
+
+at::Tensor scatter_src(const at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Tensor& src) {
+  return scatter<at::meta::structured_scatter_src, Variant::Functional>(self, dim, index, src, std::nullopt, false);
+}
+at::Tensor& scatter_src_(at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Tensor& src) {
+  scatter<at::meta::structured_scatter_src, Variant::InPlace>(self, dim, index, src, std::nullopt, false);
+  return self;
+}
+at::Tensor& scatter_src_out(const at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Tensor& src,
+                            at::Tensor& out) {
+  scatter<at::meta::structured_scatter_src, Variant::Out>(self, dim, index, src, std::nullopt, false, out);
+  return out;
+}
+at::Tensor scatter_value(const at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Scalar& value) {
+  return scatter<at::meta::structured_scatter_value, Variant::Functional>(self, dim, index, {}, value, false);
+}
+at::Tensor& scatter_value_(at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Scalar& value) {
+  scatter<at::meta::structured_scatter_value, Variant::InPlace>(self, dim, index, {}, value, false);
+  return self;
+}
+at::Tensor& scatter_value_out(const at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Scalar& value,
+                              at::Tensor& out) {
+  scatter<at::meta::structured_scatter_value, Variant::Out>(self, dim, index, {}, value, false, out);
+  return out;
+}
+at::Tensor scatter_add(const at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Tensor& src) {
+  return scatter<at::meta::structured_scatter_add, Variant::Functional>(self, dim, index, src, std::nullopt, true);
+}
+at::Tensor& scatter_add_(at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Tensor& src) {
+  scatter<at::meta::structured_scatter_add, Variant::InPlace>(self, dim, index, src, std::nullopt, true);
+  return self;
+}
+at::Tensor& scatter_add_out(const at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Tensor& src,
+                            at::Tensor& out) {
+  scatter<at::meta::structured_scatter_add, Variant::Out>(self, dim, index, src, std::nullopt, true, out);
+  return out;
+}
+// ANCHOR_END: scatter
+
 // ANCHOR: masked_select
 at::Tensor masked_select(const at::Tensor& self, const at::Tensor& mask) {
   check_devices("masked_select", {{"self", &self}, {"mask", &mask}});
@@ -118,6 +245,15 @@ void register_gather() {
     library.impl("gather", TORCH_FN(gather_functional));
     library.impl("gather.out", TORCH_FN(gather_out));
     library.impl("masked_select", TORCH_FN(masked_select));
+    library.impl("scatter.src", TORCH_FN(scatter_src));
+    library.impl("scatter_.src", TORCH_FN(scatter_src_));
+    library.impl("scatter.src_out", TORCH_FN(scatter_src_out));
+    library.impl("scatter.value", TORCH_FN(scatter_value));
+    library.impl("scatter_.value", TORCH_FN(scatter_value_));
+    library.impl("scatter.value_out", TORCH_FN(scatter_value_out));
+    library.impl("scatter_add", TORCH_FN(scatter_add));
+    library.impl("scatter_add_", TORCH_FN(scatter_add_));
+    library.impl("scatter_add.out", TORCH_FN(scatter_add_out));
     return true;
   }();
   (void)registered;

@@ -30,13 +30,14 @@ std::tuple<at::Tensor, at::Tensor> qr(const at::Tensor& A, c10::string_view mode
                      complete, A.device().index());
   });
   if (!done) {
-    note_host_path("linalg_qr", A.scalar_type());
-    at::Tensor qh = q_wanted ? host_alias(q) : at::Tensor(), rh = host_alias(r);
-    auto [qcpu, rcpu] = at::linalg_qr(host_alias(A), mode);
-    if (q_wanted) {
-      qh.copy_(qcpu);
-    }
-    rh.copy_(rcpu);
+    on_host("linalg_qr", A.scalar_type(), [&] {
+      at::Tensor qh = q_wanted ? host_alias(q) : at::Tensor(), rh = host_alias(r);
+      auto [qcpu, rcpu] = at::linalg_qr(host_alias(A), mode);
+      if (q_wanted) {
+        qh.copy_(qcpu);
+      }
+      rh.copy_(rcpu);
+    });
   } else {
     if (q_wanted) {
       q.copy_(qc);

@@ -88,11 +88,12 @@ std::tuple<at::Tensor, at::Tensor> ctc_loss(const at::Tensor& log_probs, const a
   at::Tensor nll = at::empty({ctc.args.batch}, options);
   at::Tensor log_alpha = at::empty({ctc.args.batch, ctc.args.time, 2 * ctc.args.max_target + 1}, options);
   if (!ctc.run(Loss::Ctc, {nll, log_alpha, log_probs.contiguous(), ctc.targets})) {
-    note_host_path("_ctc_loss", log_probs.scalar_type());
-    auto [n, a] = at::_ctc_loss(host_alias(log_probs), host_alias(targets), input_lengths,
-                                target_lengths, blank, zero_infinity);
-    nll.copy_(n);
-    log_alpha.copy_(a);
+    on_host("_ctc_loss", log_probs.scalar_type(), [&] {
+      auto [n, a] = at::_ctc_loss(host_alias(log_probs), host_alias(targets), input_lengths,
+                                  target_lengths, blank, zero_infinity);
+      nll.copy_(n);
+      log_alpha.copy_(a);
+    });
   }
   return {nll, log_alpha};
 }
@@ -108,10 +109,11 @@ at::Tensor ctc_loss_backward(const at::Tensor& grad, const at::Tensor& log_probs
   at::Tensor result = at::empty(log_probs.sizes(), log_probs.options().memory_format(at::MemoryFormat::Contiguous));
   if (!ctc.run(Loss::CtcBackward, {result, grad.contiguous(), log_probs.contiguous(), ctc.targets,
                                    nll.contiguous(), log_alpha.contiguous()})) {
-    note_host_path("_ctc_loss_backward", log_probs.scalar_type());
-    result.copy_(at::_ctc_loss_backward(host_alias(grad), host_alias(log_probs), host_alias(targets),
-                                        input_lengths, target_lengths, host_alias(nll),
-                                        host_alias(log_alpha), blank, zero_infinity));
+    on_host("_ctc_loss_backward", log_probs.scalar_type(), [&] {
+      result.copy_(at::_ctc_loss_backward(host_alias(grad), host_alias(log_probs), host_alias(targets),
+                                          input_lengths, target_lengths, host_alias(nll),
+                                          host_alias(log_alpha), blank, zero_infinity));
+    });
   }
   return result;
 }

@@ -75,10 +75,11 @@ at::Tensor multi_margin_loss(const at::Tensor& self, const at::Tensor& target, c
   }
   if (!run(Loss::MultiMargin, margin_args(classes, reduction, p, margin.toDouble()), {out},
            {self, target, w})) {
-    note_host_path("multi_margin_loss", self.scalar_type());
-    out.copy_(at::multi_margin_loss(host_alias(self), host_alias(target), p_, margin,
-                                    w.defined() ? std::optional(host_alias(w)) : std::nullopt,
-                                    reduction));
+    on_host("multi_margin_loss", self.scalar_type(), [&] {
+      out.copy_(at::multi_margin_loss(host_alias(self), host_alias(target), p_, margin,
+                                      w.defined() ? std::optional(host_alias(w)) : std::nullopt,
+                                      reduction));
+    });
   }
   return out;
 }
@@ -101,10 +102,11 @@ at::Tensor multi_margin_loss_backward(const at::Tensor& grad_output, const at::T
   }
   if (!run(Loss::MultiMarginBackward, margin_args(classes, reduction, p, margin.toDouble()),
            {grad_input}, {grad_output, self, target, w})) {
-    note_host_path("multi_margin_loss_backward", self.scalar_type());
-    grad_input.copy_(at::multi_margin_loss_backward(
-        host_alias(grad_output), host_alias(self), host_alias(target), p_, margin,
-        w.defined() ? std::optional(host_alias(w)) : std::nullopt, reduction));
+    on_host("multi_margin_loss_backward", self.scalar_type(), [&] {
+      grad_input.copy_(at::multi_margin_loss_backward(
+          host_alias(grad_output), host_alias(self), host_alias(target), p_, margin,
+          w.defined() ? std::optional(host_alias(w)) : std::nullopt, reduction));
+    });
   }
   return grad_input;
 }
@@ -125,10 +127,11 @@ std::tuple<at::Tensor, at::Tensor> multilabel_margin_loss_forward(const at::Tens
               target.scalar_type());
   if (!run(Loss::MultilabelMargin, margin_args(classes, reduction, 1, 1.0), {out, is_target},
            {self, target})) {
-    note_host_path("multilabel_margin_loss_forward", self.scalar_type());
-    auto [o, i] = at::multilabel_margin_loss_forward(host_alias(self), host_alias(target), reduction);
-    out.copy_(o);
-    is_target.copy_(i);
+    on_host("multilabel_margin_loss_forward", self.scalar_type(), [&] {
+      auto [o, i] = at::multilabel_margin_loss_forward(host_alias(self), host_alias(target), reduction);
+      out.copy_(o);
+      is_target.copy_(i);
+    });
   }
   return {out, is_target};
 }
@@ -150,10 +153,11 @@ at::Tensor multilabel_margin_loss_backward(const at::Tensor& grad_output, const 
               target.scalar_type());
   if (!run(Loss::MultilabelMarginBackward, margin_args(classes, reduction, 1, 1.0), {grad_input},
            {grad_output, self, target, is_target})) {
-    note_host_path("multilabel_margin_loss_backward", self.scalar_type());
-    grad_input.copy_(at::multilabel_margin_loss_backward(host_alias(grad_output), host_alias(self),
-                                                         host_alias(target), reduction,
-                                                         host_alias(is_target)));
+    on_host("multilabel_margin_loss_backward", self.scalar_type(), [&] {
+      grad_input.copy_(at::multilabel_margin_loss_backward(host_alias(grad_output), host_alias(self),
+                                                           host_alias(target), reduction,
+                                                           host_alias(is_target)));
+    });
   }
   return grad_input;
 }

@@ -54,11 +54,12 @@ std::tuple<at::Tensor, at::Tensor> forward(const at::Tensor& self, const at::Ten
                             self.device().index());
   });
   if (!done) {
-    note_host_path("nll_loss_forward", self.scalar_type());
-    at::Tensor host_out = host_alias(out), host_total = host_alias(total);
-    at::nll_loss_forward_out(host_out, host_total, host_alias(self), host_alias(target),
-                             w.defined() ? std::optional(host_alias(w)) : std::nullopt,
-                             reduction, ignore_index.guard_int(__FILE__, __LINE__));
+    on_host("nll_loss_forward", self.scalar_type(), [&] {
+      at::Tensor host_out = host_alias(out), host_total = host_alias(total);
+      at::nll_loss_forward_out(host_out, host_total, host_alias(self), host_alias(target),
+                               w.defined() ? std::optional(host_alias(w)) : std::nullopt,
+                               reduction, ignore_index.guard_int(__FILE__, __LINE__));
+    });
   }
   return {s.result(0), s.result(1)};
 }
@@ -84,13 +85,14 @@ at::Tensor backward(const at::Tensor& grad_output, const at::Tensor& self,
                              dense(w), dense(total_weight.contiguous()), self.device().index());
   });
   if (!done) {
-    note_host_path("nll_loss_backward", self.scalar_type());
-    at::Tensor host = host_alias(grad_input);
-    at::nll_loss_backward_out(host, host_alias(grad_output), host_alias(self),
-                              host_alias(target),
-                              w.defined() ? std::optional(host_alias(w)) : std::nullopt,
-                              reduction, ignore_index.guard_int(__FILE__, __LINE__),
-                              host_alias(total_weight));
+    on_host("nll_loss_backward", self.scalar_type(), [&] {
+      at::Tensor host = host_alias(grad_input);
+      at::nll_loss_backward_out(host, host_alias(grad_output), host_alias(self),
+                                host_alias(target),
+                                w.defined() ? std::optional(host_alias(w)) : std::nullopt,
+                                reduction, ignore_index.guard_int(__FILE__, __LINE__),
+                                host_alias(total_weight));
+    });
   }
   return s.result();
 }

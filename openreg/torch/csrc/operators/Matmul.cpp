@@ -61,9 +61,10 @@ at::Tensor mm(const at::Tensor& self, const at::Tensor& mat2, const at::Tensor& 
   s.meta(self, mat2);
   const at::Tensor& out = s.maybe_get_output(0);
   if (!run_matmul(out, self, mat2, 1.0, 0.0)) {
-    note_host_path("mm", self.scalar_type());
-    at::Tensor host = host_alias(out);
-    at::mm_out(host, host_alias(self), host_alias(mat2));
+    on_host("mm", self.scalar_type(), [&] {
+      at::Tensor host = host_alias(out);
+      at::mm_out(host, host_alias(self), host_alias(mat2));
+    });
   }
   return s.result();
 }
@@ -75,9 +76,10 @@ at::Tensor bmm(const at::Tensor& self, const at::Tensor& mat2, const at::Tensor&
   s.meta(self, mat2);
   const at::Tensor& out = s.maybe_get_output(0);
   if (!run_matmul(out, self, mat2, 1.0, 0.0)) {
-    note_host_path("bmm", self.scalar_type());
-    at::Tensor host = host_alias(out);
-    at::bmm_out(host, host_alias(self), host_alias(mat2));
+    on_host("bmm", self.scalar_type(), [&] {
+      at::Tensor host = host_alias(out);
+      at::bmm_out(host, host_alias(self), host_alias(mat2));
+    });
   }
   return s.result();
 }
@@ -99,9 +101,10 @@ at::Tensor addmm(const at::Tensor& self, const at::Tensor& mat1, const at::Tenso
   }
   const bool done = real && run_matmul(out, mat1, mat2, alpha.toDouble(), b);
   if (!done) {
-    note_host_path("addmm", out.scalar_type());
-    at::Tensor host = host_alias(out);
-    at::addmm_out(host, host_alias(self), host_alias(mat1), host_alias(mat2), beta, alpha);
+    on_host("addmm", out.scalar_type(), [&] {
+      at::Tensor host = host_alias(out);
+      at::addmm_out(host, host_alias(self), host_alias(mat1), host_alias(mat2), beta, alpha);
+    });
   }
   return s.result();
 }
@@ -122,9 +125,10 @@ at::Tensor baddbmm(const at::Tensor& self, const at::Tensor& batch1, const at::T
   }
   const bool done = real && (out.numel() == 0 || run_matmul(out, batch1, batch2, alpha.toDouble(), b));
   if (!done) {
-    note_host_path("baddbmm", out.scalar_type());
-    at::Tensor host = host_alias(out);
-    at::baddbmm_out(host, host_alias(self), host_alias(batch1), host_alias(batch2), beta, alpha);
+    on_host("baddbmm", out.scalar_type(), [&] {
+      at::Tensor host = host_alias(out);
+      at::baddbmm_out(host, host_alias(self), host_alias(batch1), host_alias(batch2), beta, alpha);
+    });
   }
   return s.result();
 }
@@ -159,9 +163,10 @@ at::Tensor dot(const at::Tensor& self, const at::Tensor& other) {
     return out.zero_();
   }
   if (!run_matmul(out.view({1, 1}), self.view({1, -1}), other.view({-1, 1}), 1.0, 0.0)) {
-    note_host_path("dot", self.scalar_type());
-    at::Tensor host = host_alias(out);
-    host.copy_(at::dot(host_alias(self), host_alias(other)));
+    on_host("dot", self.scalar_type(), [&] {
+      at::Tensor host = host_alias(out);
+      host.copy_(at::dot(host_alias(self), host_alias(other)));
+    });
   }
   return out;
 }

@@ -207,6 +207,11 @@ at::Tensor _copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_bl
   if (dst.numel() == 0) {
     return dst;
   }
+  // copy_ sends a device's copies here before its TensorIterator would check overlaps
+  // (ATen's copy_impl): ours makes CPU's checks.
+  if (self.device() == dst.device()) {
+    check_overlap(dst, {&self});
+  }
   const bool same_bytes = self.dtype() == dst.dtype() && self.sizes().equals(dst.sizes()) &&
                           self.is_contiguous() && dst.is_contiguous() &&
                           self.is_conj() == dst.is_conj() && self.is_neg() == dst.is_neg();

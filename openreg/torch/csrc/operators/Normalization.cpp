@@ -70,9 +70,10 @@ Result3 layer_norm(const at::Tensor& input, at::IntArrayRef normalized_shape,
   const NormShape shape{M, N, 1, 1, eps, 0.0, false};
   if (!run(Norm::GroupNorm, shape, {out, mean, rstd, x, contiguous(weight), contiguous(bias)},
            input.device())) {
-    note_host_path("native_layer_norm", input.scalar_type());
-    auto [o, m, r] = at::native_layer_norm(host(input), normalized_shape, host(weight), host(bias), eps);
-    return {to_device(o, input.device()), to_device(m, input.device()), to_device(r, input.device())};
+    return on_host("native_layer_norm", input.scalar_type(), [&] {
+      auto [o, m, r] = at::native_layer_norm(host(input), normalized_shape, host(weight), host(bias), eps);
+      return Result3{to_device(o, input.device()), to_device(m, input.device()), to_device(r, input.device())};
+    });
   }
   // The statistics keep the input's leading dimensions, with 1 for each normalized one.
   std::vector<int64_t> stat_shape(input.sizes().begin(), input.sizes().end());
@@ -110,11 +111,12 @@ Result3 layer_norm_backward(const at::Tensor& grad_out, const at::Tensor& input,
            {grad_input, contiguous(grad_weight), contiguous(grad_bias), grad_out.contiguous(),
             input.contiguous(), mean.contiguous(), rstd.contiguous(), contiguous(weight)},
            input.device())) {
-    note_host_path("native_layer_norm_backward", input.scalar_type());
-    auto [gi, gw, gb] = at::native_layer_norm_backward(host(grad_out), host(input), normalized_shape,
-                                                       host(mean), host(rstd), host(weight),
-                                                       host(bias), mask);
-    return {to_device(gi, input.device()), to_device(gw, input.device()), to_device(gb, input.device())};
+    return on_host("native_layer_norm_backward", input.scalar_type(), [&] {
+      auto [gi, gw, gb] = at::native_layer_norm_backward(host(grad_out), host(input), normalized_shape,
+                                                         host(mean), host(rstd), host(weight),
+                                                         host(bias), mask);
+      return Result3{to_device(gi, input.device()), to_device(gw, input.device()), to_device(gb, input.device())};
+    });
   }
   return {grad_input, grad_weight, grad_bias};
 }
@@ -145,9 +147,10 @@ Result3 group_norm(const at::Tensor& input, const std::optional<at::Tensor>& wei
   at::Tensor rstd = at::empty({N, group}, x.options().dtype(stat_type));
   if (!run(Norm::GroupNorm, NormShape{N, C, HxW, group, eps, 0.0, false},
            {out, mean, rstd, x, contiguous(weight), contiguous(bias)}, input.device())) {
-    note_host_path("native_group_norm", input.scalar_type());
-    auto [o, m, r] = at::native_group_norm(host(input), host(weight), host(bias), N, C, HxW, group, eps);
-    return {to_device(o, input.device()), to_device(m, input.device()), to_device(r, input.device())};
+    return on_host("native_group_norm", input.scalar_type(), [&] {
+      auto [o, m, r] = at::native_group_norm(host(input), host(weight), host(bias), N, C, HxW, group, eps);
+      return Result3{to_device(o, input.device()), to_device(m, input.device()), to_device(r, input.device())};
+    });
   }
   return {out, mean, rstd};
 }
@@ -170,10 +173,11 @@ Result3 group_norm_backward(const at::Tensor& grad_out, const at::Tensor& input,
            {grad_input, grad_weight, grad_bias, grad_out.contiguous(), input.contiguous(),
             mean.contiguous(), rstd.contiguous(), contiguous(weight)},
            input.device())) {
-    note_host_path("native_group_norm_backward", input.scalar_type());
-    auto [gi, gw, gb] = at::native_group_norm_backward(host(grad_out), host(input), host(mean),
-                                                       host(rstd), host(weight), N, C, HxW, group, mask);
-    return {to_device(gi, input.device()), to_device(gw, input.device()), to_device(gb, input.device())};
+    return on_host("native_group_norm_backward", input.scalar_type(), [&] {
+      auto [gi, gw, gb] = at::native_group_norm_backward(host(grad_out), host(input), host(mean),
+                                                         host(rstd), host(weight), N, C, HxW, group, mask);
+      return Result3{to_device(gi, input.device()), to_device(gw, input.device()), to_device(gb, input.device())};
+    });
   }
   return {grad_input, grad_weight, grad_bias};
 }
@@ -210,10 +214,11 @@ Result3 batch_norm(const at::Tensor& input, const std::optional<at::Tensor>& wei
   if (!run(Norm::BatchNorm, NormShape{N, C, inner, 1, eps, momentum, training},
            {out, save_mean, save_invstd, rm, rv, x, contiguous(weight), contiguous(bias)},
            input.device())) {
-    note_host_path("native_batch_norm", input.scalar_type());
-    auto [o, m, s] = at::native_batch_norm(host(input), host(weight), host(bias), host(running_mean),
-                                           host(running_var), training, momentum, eps);
-    return {to_device(o, input.device()), to_device(m, input.device()), to_device(s, input.device())};
+    return on_host("native_batch_norm", input.scalar_type(), [&] {
+      auto [o, m, s] = at::native_batch_norm(host(input), host(weight), host(bias), host(running_mean),
+                                             host(running_var), training, momentum, eps);
+      return Result3{to_device(o, input.device()), to_device(m, input.device()), to_device(s, input.device())};
+    });
   }
   for (auto [buffer, copy] : {std::pair{running_mean, rm}, {running_var, rv}}) {
     if (training && buffer.defined() && !buffer.is_same(copy)) {
@@ -252,11 +257,12 @@ Result3 batch_norm_backward(const at::Tensor& grad_out, const at::Tensor& input,
            contiguous(save_mean), contiguous(save_invstd)},
           input.device());
   if (!done) {
-    note_host_path("native_batch_norm_backward", input.scalar_type());
-    auto [gi, gw, gb] = at::native_batch_norm_backward(
-        host(grad_out), host(input), host(weight), host(running_mean), host(running_var),
-        host(save_mean), host(save_invstd), training, eps, mask);
-    return {to_device(gi, input.device()), to_device(gw, input.device()), to_device(gb, input.device())};
+    return on_host("native_batch_norm_backward", input.scalar_type(), [&] {
+      auto [gi, gw, gb] = at::native_batch_norm_backward(
+          host(grad_out), host(input), host(weight), host(running_mean), host(running_var),
+          host(save_mean), host(save_invstd), training, eps, mask);
+      return Result3{to_device(gi, input.device()), to_device(gw, input.device()), to_device(gb, input.device())};
+    });
   }
   return {grad_input, grad_weight, grad_bias};
 }

@@ -281,24 +281,25 @@ void fused_adam(Fused kind, const char* op, TensorList params, TensorList grads,
                              dense(found_inf.value_or(at::Tensor())), params[0].device().index());
   });
   if (!done) {
-    note_host_path(op, params[0].scalar_type());
-    auto host = [](TensorList list) {
-      std::vector<at::Tensor> v;
-      for (const at::Tensor& t : list) {
-        v.push_back(host_alias(t));
-      }
-      return v;
-    };
-    auto scale = grad_scale ? std::optional(host_alias(*grad_scale)) : std::nullopt;
-    auto inf = found_inf ? std::optional(host_alias(*found_inf)) : std::nullopt;
-    using Kernel = void (*)(TensorList, TensorList, TensorList, TensorList, TensorList, TensorList,
-                            double, double, double, double, double, bool, bool,
-                            const std::optional<at::Tensor>&, const std::optional<at::Tensor>&);
-    Kernel cpu = kind == Fused::Adam ? Kernel(&at::native::_fused_adam_kernel_cpu_)
-                                     : Kernel(&at::native::_fused_adamw_kernel_cpu_);
-    cpu(host(params), host(grads), host(exp_avgs), host(exp_avg_sqs), host(max_exp_avg_sqs),
-        host(steps), lr, beta1, beta2, weight_decay, eps, amsgrad, maximize, scale, inf);
-    return;
+    return on_host(op, params[0].scalar_type(), [&] {
+      auto host = [](TensorList list) {
+        std::vector<at::Tensor> v;
+        for (const at::Tensor& t : list) {
+          v.push_back(host_alias(t));
+        }
+        return v;
+      };
+      auto scale = grad_scale ? std::optional(host_alias(*grad_scale)) : std::nullopt;
+      auto inf = found_inf ? std::optional(host_alias(*found_inf)) : std::nullopt;
+      using Kernel = void (*)(TensorList, TensorList, TensorList, TensorList, TensorList, TensorList,
+                              double, double, double, double, double, bool, bool,
+                              const std::optional<at::Tensor>&, const std::optional<at::Tensor>&);
+      Kernel cpu = kind == Fused::Adam ? Kernel(&at::native::_fused_adam_kernel_cpu_)
+                                       : Kernel(&at::native::_fused_adamw_kernel_cpu_);
+      cpu(host(params), host(grads), host(exp_avgs), host(exp_avg_sqs), host(max_exp_avg_sqs),
+          host(steps), lr, beta1, beta2, weight_decay, eps, amsgrad, maximize, scale, inf);
+      return;
+    });
   }
   // A parameter or state that was not contiguous was computed in a copy.
   size_t k = 0;
@@ -359,20 +360,21 @@ void fused_sgd_(TensorList params, TensorList grads, TensorList momentum_buffers
                              dense(found_inf.value_or(at::Tensor())), params[0].device().index());
   });
   if (!done) {
-    note_host_path(op, params[0].scalar_type());
-    std::vector<at::Tensor> p, g, b;
-    for (size_t i = 0; i < params.size(); ++i) {
-      p.push_back(host_alias(params[i]));
-      g.push_back(host_alias(grads[i]));
-      if (!momentum_buffers.empty()) {
-        b.push_back(host_alias(momentum_buffers[i]));
+    return on_host(op, params[0].scalar_type(), [&] {
+      std::vector<at::Tensor> p, g, b;
+      for (size_t i = 0; i < params.size(); ++i) {
+        p.push_back(host_alias(params[i]));
+        g.push_back(host_alias(grads[i]));
+        if (!momentum_buffers.empty()) {
+          b.push_back(host_alias(momentum_buffers[i]));
+        }
       }
-    }
-    auto scale = grad_scale ? std::optional(host_alias(*grad_scale)) : std::nullopt;
-    auto inf = found_inf ? std::optional(host_alias(*found_inf)) : std::nullopt;
-    at::native::_fused_sgd_kernel_cpu_(p, g, b, weight_decay, momentum, lr, dampening, nesterov,
-                                       maximize, is_first_step, scale, inf);
-    return;
+      auto scale = grad_scale ? std::optional(host_alias(*grad_scale)) : std::nullopt;
+      auto inf = found_inf ? std::optional(host_alias(*found_inf)) : std::nullopt;
+      at::native::_fused_sgd_kernel_cpu_(p, g, b, weight_decay, momentum, lr, dampening, nesterov,
+                                         maximize, is_first_step, scale, inf);
+      return;
+    });
   }
   size_t k = 0;
   for (size_t i = 0; i < params.size(); ++i) {
@@ -404,12 +406,13 @@ void amp_unscale_(TensorList grads, at::Tensor& found_inf, const at::Tensor& inv
                               found_inf.device().index());
   });
   if (!done) {
-    note_host_path(op, grads[0].scalar_type());
-    at::Tensor inf = host_alias(found_inf);
-    for (const at::Tensor& g : grads) {
-      at::_amp_foreach_non_finite_check_and_unscale_({host_alias(g)}, inf, host_alias(inv_scale));
-    }
-    return;
+    return on_host(op, grads[0].scalar_type(), [&] {
+      at::Tensor inf = host_alias(found_inf);
+      for (const at::Tensor& g : grads) {
+        at::_amp_foreach_non_finite_check_and_unscale_({host_alias(g)}, inf, host_alias(inv_scale));
+      }
+      return;
+    });
   }
   for (size_t i = 0; i < grads.size(); ++i) {
     if (!keep[i].is_same(grads[i])) {

@@ -113,10 +113,11 @@ void pad_backward_into(const char* name, const at::Tensor& grad_output, const at
     });
   }
   if (!ours) {  // a dtype the accumulating kernel lacks: the same sums on the host
-    note_host_path(name, grad.scalar_type());
-    at::Tensor index = at::empty({static_cast<int64_t>(offsets.size())}, at::kLong);
-    std::copy(offsets.begin(), offsets.end(), index.mutable_data_ptr<int64_t>());
-    host_alias(sum).view(-1).index_add_(0, index, host_alias(grad).view(-1));
+    on_host(name, grad.scalar_type(), [&] {
+      at::Tensor index = at::empty({static_cast<int64_t>(offsets.size())}, at::kLong);
+      std::copy(offsets.begin(), offsets.end(), index.mutable_data_ptr<int64_t>());
+      host_alias(sum).view(-1).index_add_(0, index, host_alias(grad).view(-1));
+    });
   }
   grad_input.copy_(sum);
 }

@@ -66,6 +66,9 @@ bool run_pointwise(at::TensorIteratorBase& iter, Pointwise op, double scalar, do
       constants[k] = iter.scalar_value<double>(k);
       continue;
     }
+    // Device code reads device memory only: an operand elsewhere is the caller's error.
+    TORCH_CHECK(iter.device(k).is_privateuseone(), "Expected all tensors to be on the same device, but found "
+                "at least two devices, ", iter.device(0), " and ", iter.device(k), "!");
     dtypes[k] = static_cast<int8_t>(iter.dtype(k));
     data[k] = addr(iter.data_ptr(k));
     const auto& storage = iter.tensor_base(k).storage();
@@ -165,6 +168,52 @@ at::Tensor& sub_out(const at::Tensor& self, const at::Tensor& other, const at::S
 
 OPENREG_BINARY(mul, Mul)
 OPENREG_BINARY(div, Div)
+
+// ANCHOR: div_mode
+// div with rounding_mode "trunc" or "floor" (floor_divide is the latter). Integer division
+// by zero is CPU's ZeroDivisionError, which needs the divisor's values: an integer division
+// whose divisor is not a nonzero CPU scalar runs CPU's kernel, which reads them.
+template <Variant kind>
+at::Tensor div_mode(const at::Tensor& self, const at::Tensor& other, std::optional<c10::string_view> mode,
+                    const at::Tensor& given = {}) {
+  Structured<at::meta::structured_div_Tensor_mode, kind> s(given);
+  s.meta(self, other, mode);
+  const Pointwise op = !mode ? Pointwise::Div : *mode == "trunc" ? Pointwise::DivTrunc : Pointwise::DivFloor;
+  const bool integral = at::isIntegralType(s.common_dtype(), /*includeBool=*/true);
+  const bool safe = !integral || (other.is_cpu() && other.dim() == 0 && other.item().toDouble() != 0);
+  if (!safe || !run_pointwise(s, op)) {
+    on_host("div.Tensor_mode", s.common_dtype(), [&] {
+      at::Tensor out = host_alias(s.maybe_get_output(0));
+      at::div_out(out, kind == Variant::InPlace ? out : host_alias(self), host_alias(other), mode);
+    });
+  }
+  return s.result();
+}
+
+at::Tensor div_tensor_mode(const at::Tensor& self, const at::Tensor& other, std::optional<c10::string_view> mode) {
+  return div_mode<Variant::Functional>(self, other, mode);
+}
+at::Tensor& div__tensor_mode(at::Tensor& self, const at::Tensor& other, std::optional<c10::string_view> mode) {
+  div_mode<Variant::InPlace>(self, other, mode, self);
+  return self;
+}
+at::Tensor& div_out_mode(const at::Tensor& self, const at::Tensor& other, std::optional<c10::string_view> mode,
+                         at::Tensor& out) {
+  div_mode<Variant::Out>(self, other, mode, out);
+  return out;
+}
+at::Tensor floor_divide(const at::Tensor& self, const at::Tensor& other) {
+  return div_mode<Variant::Functional>(self, other, "floor");
+}
+at::Tensor& floor_divide_(at::Tensor& self, const at::Tensor& other) {
+  div_mode<Variant::InPlace>(self, other, "floor", self);
+  return self;
+}
+at::Tensor& floor_divide_out(const at::Tensor& self, const at::Tensor& other, at::Tensor& out) {
+  div_mode<Variant::Out>(self, other, "floor", out);
+  return out;
+}
+// ANCHOR_END: div_mode
 
 // Unary operators: functional, in-place and out=.
 #define OPENREG_UNARY(name, kernel)                                                             \
@@ -333,9 +382,10 @@ at::Tensor& relu_into(const at::Tensor& self, at::Tensor& out) {
   TORCH_CHECK_NOT_IMPLEMENTED(self.scalar_type() != at::kBool, "Boolean inputs not supported for relu");
   auto iter = at::TensorIterator::unary_op(out, self);
   if (!run_pointwise(iter, Pointwise::Relu)) {
-    note_host_path("relu", self.scalar_type());
-    at::Tensor host = host_alias(iter.output(0));
-    host.copy_(at::relu(host_alias(self)));
+    on_host("relu", self.scalar_type(), [&] {
+      at::Tensor host = host_alias(iter.output(0));
+      host.copy_(at::relu(host_alias(self)));
+    });
   }
   if (!out.defined()) {
     out = iter.output(0);
@@ -397,8 +447,9 @@ at::Tensor& fill_scalar_(at::Tensor& self, const at::Scalar& value) {
     v = static_cast<double>(*integer);
   }
   if (!v || !run_pointwise(iter, Pointwise::Fill, *v)) {
-    note_host_path("fill_", self.scalar_type());
-    host_alias(self).fill_(value);
+    on_host("fill_", self.scalar_type(), [&] {
+      host_alias(self).fill_(value);
+    });
   }
   return self;
 }
@@ -433,6 +484,12 @@ void register_pointwise_ops() {
     library.impl("div.Tensor", TORCH_FN(div));
     library.impl("div_.Tensor", TORCH_FN(div_));
     library.impl("div.out", TORCH_FN(div_out));
+    library.impl("div.Tensor_mode", TORCH_FN(div_tensor_mode));
+    library.impl("div_.Tensor_mode", TORCH_FN(div__tensor_mode));
+    library.impl("div.out_mode", TORCH_FN(div_out_mode));
+    library.impl("floor_divide", TORCH_FN(floor_divide));
+    library.impl("floor_divide_.Tensor", TORCH_FN(floor_divide_));
+    library.impl("floor_divide.out", TORCH_FN(floor_divide_out));
     // ANCHOR_END: register_pointwise
     library.impl("neg", TORCH_FN(neg));
     library.impl("neg_", TORCH_FN(neg_));

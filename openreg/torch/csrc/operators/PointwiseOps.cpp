@@ -85,9 +85,10 @@ at::Tensor hardtanh_into(const at::Tensor& self, const at::Scalar& min, const at
                          at::Tensor out) {
   auto iter = at::TensorIterator::unary_op(out, self);
   if (!run_pointwise(iter, Pointwise::Hardtanh, real(min), real(max))) {
-    note_host_path("hardtanh", self.scalar_type());
-    at::Tensor host = host_alias(iter.output(0));
-    at::hardtanh_out(host, host_alias(self), min, max);
+    on_host("hardtanh", self.scalar_type(), [&] {
+      at::Tensor host = host_alias(iter.output(0));
+      at::hardtanh_out(host, host_alias(self), min, max);
+    });
   }
   return iter.output(0);
 }
@@ -111,9 +112,10 @@ at::Tensor hardtanh_backward_into(const at::Tensor& grad, const at::Tensor& self
                                   const at::Scalar& min, const at::Scalar& max, at::Tensor out) {
   auto iter = at::TensorIterator::binary_op(out, grad, self);
   if (!run_pointwise(iter, Pointwise::HardtanhBackward, real(min), real(max))) {
-    note_host_path("hardtanh_backward", self.scalar_type());
-    at::Tensor host = host_alias(iter.output(0));
-    at::hardtanh_backward_out(host, host_alias(grad), host_alias(self), min, max);
+    on_host("hardtanh_backward", self.scalar_type(), [&] {
+      at::Tensor host = host_alias(iter.output(0));
+      at::hardtanh_backward_out(host, host_alias(grad), host_alias(self), min, max);
+    });
   }
   return iter.output(0);
 }

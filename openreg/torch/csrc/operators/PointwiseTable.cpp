@@ -73,6 +73,21 @@ bool some_bound(const std::vector<at::Tensor>&, const std::vector<double>& p) {
          !(p[0] == -INFINITY && p[1] == INFINITY);
 }
 
+// softshrink's lambda must be non-negative: CPU's kernel raises its error otherwise.
+bool non_negative(const std::vector<at::Tensor>&, const std::vector<double>& p) {
+  return !p.empty() && p[0] >= 0;
+}
+
+// pow(x, e) keeps x's dtype unless promotion changes it (bool, or an integer to a fractional
+// power) or CPU raises (an integer to a negative integer power): CPU's kernel does those.
+bool pow_keeps_dtype(const std::vector<at::Tensor>& inputs, const std::vector<double>& p) {
+  const at::ScalarType t = inputs[0].scalar_type();
+  if (t == at::kBool) {
+    return false;
+  }
+  return !at::isIntegralType(t, /*includeBool=*/false) || (std::floor(p[0]) == p[0] && p[0] >= 0);
+}
+
 // elu(alpha, scale, input_scale) has two formulas of two parameters: ELU and SELU (input_scale
 // 1), and CELU (scale 1). Any other combination is CPU's.
 bool elu_params(const std::vector<at::Tensor>&, const std::vector<double>& p) {
@@ -117,7 +132,7 @@ const Row kTable[] = {
     {{"erfinv", "erfinv_", "erfinv.out"}, Kind::UnaryFloat, Pointwise::Erfinv},
     {{"sin", "sin_", "sin.out"}, Kind::UnaryFloat, Pointwise::Sin},
     {{"cos", "cos_", "cos.out"}, Kind::UnaryFloat, Pointwise::Cos},
-    {{"pow.Tensor_Scalar", "pow_.Scalar", "pow.Tensor_Scalar_out"}, Kind::Unary, Pointwise::PowScalar},
+    {{"pow.Tensor_Scalar", "pow_.Scalar", "pow.Tensor_Scalar_out"}, Kind::Unary, Pointwise::PowScalar, pow_keeps_dtype},
     {{"clamp_min", "clamp_min_", "clamp_min.out"}, Kind::Unary, Pointwise::ClampMin, finite_bound},
     {{"clamp_max", "clamp_max_", "clamp_max.out"}, Kind::Unary, Pointwise::ClampMax, finite_bound},
     {{"hardswish", "hardswish_", "hardswish.out"}, Kind::Unary, Pointwise::Hardswish},
@@ -131,7 +146,7 @@ const Row kTable[] = {
     {{"log1p", "log1p_", "log1p.out"}, Kind::UnaryFloat, Pointwise::Log1p},
     {{"threshold", "threshold_", "threshold.out"}, Kind::Unary, Pointwise::Threshold},
     {{"hardshrink", "hardshrink.out"}, Kind::Unary, Pointwise::Hardshrink},
-    {{"softshrink", "softshrink.out"}, Kind::Unary, Pointwise::Softshrink},
+    {{"softshrink", "softshrink.out"}, Kind::Unary, Pointwise::Softshrink, non_negative},
     {{"hardshrink_backward", "hardshrink_backward.grad_input", "softshrink_backward", "softshrink_backward.grad_input"},
      Kind::Binary, Pointwise::ShrinkBackward},
     {{"mish", "mish_", "mish.out"}, Kind::Unary, Pointwise::Mish},
@@ -194,6 +209,8 @@ void table_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
       params.push_back(std::nan(""));
     } else if (v.isBool()) {
       params.push_back(v.toBool() ? 1.0 : 0.0);
+    } else if (v.isScalar() && v.toScalar().isComplex()) {
+      return run_on_cpu(op, stack);  // the formulas take real parameters
     } else {
       params.push_back(v.toScalar().toDouble());
     }
@@ -237,16 +254,31 @@ void table_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
       break;
     }
     case Kind::Where: {
-      // CPU's where: self and other promoted to their result type, a bool condition.
+      // ATen's where_self_out: self and other promoted to their result type, a bool condition,
+      // 0-dim CPU operands moved to the device; any other operand elsewhere is the iterator's
+      // device error.
       TORCH_CHECK(a.scalar_type() == at::kBool, "where expected condition to be a boolean tensor, but got a tensor with dtype ",
                   a.scalar_type());
       const auto type = at::result_type(inputs[1], inputs[2]);
-      const at::Tensor s = inputs[1].to(a.device(), type), o = inputs[2].to(a.device(), type);
+      TORCH_CHECK(!out.defined() || out.scalar_type() == type, "Expected out type to be ", type, " but got ",
+                  out.scalar_type());
+      c10::Device device = out.defined() ? out.device() : a.device();
+      for (const at::Tensor& t : inputs) {
+        if (!out.defined() && !t.is_cpu()) {
+          device = t.device();
+          break;
+        }
+      }
+      const auto place = [&](const at::Tensor& t) {
+        const at::Tensor typed = t.scalar_type() == type || &t == &a ? t : t.to(type);
+        return typed.device() != device && typed.dim() == 0 ? typed.to(device) : typed;
+      };
+      const at::Tensor c = place(a), s = place(inputs[1]), o = place(inputs[2]);
       if (!out.defined()) {
-        out = at::empty({0}, s.options());  // resized by the iterator, as CPU's where does
+        out = at::empty({0}, s.options().device(device));  // resized by the iterator, as CPU's where does
       }
       at::TensorIteratorConfig config;
-      config.check_all_same_dtype(false).add_output(out).add_const_input(a).add_const_input(s).add_const_input(o);
+      config.check_all_same_dtype(false).add_output(out).add_const_input(c).add_const_input(s).add_const_input(o);
       iter = config.build();
       break;
     }

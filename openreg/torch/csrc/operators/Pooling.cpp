@@ -108,10 +108,11 @@ std::tuple<at::Tensor, at::Tensor> max_pool2d(const at::Tensor& self, at::IntArr
   s.meta(self, kernel, stride, padding, dilation, ceil_mode);
   const at::Tensor &o = s.maybe_get_output(0), &i = s.maybe_get_output(1);
   if (!run(Pool::MaxForward, pool_shape(self, o, kernel, stride, padding, dilation), {o, i}, {self})) {
-    note_host_path("max_pool2d_with_indices", self.scalar_type());
-    at::Tensor host_out = host_alias(o), host_indices = host_alias(i);
-    at::max_pool2d_with_indices_out(host_out, host_indices, host_alias(self), kernel, stride,
-                                    padding, dilation, ceil_mode);
+    on_host("max_pool2d_with_indices", self.scalar_type(), [&] {
+      at::Tensor host_out = host_alias(o), host_indices = host_alias(i);
+      at::max_pool2d_with_indices_out(host_out, host_indices, host_alias(self), kernel, stride,
+                                      padding, dilation, ceil_mode);
+    });
   }
   return {s.result(0), s.result(1)};
 }
@@ -130,11 +131,12 @@ at::Tensor max_pool2d_backward(const at::Tensor& grad_output, const at::Tensor& 
   const at::Tensor& grad_input = s.maybe_get_output(0);
   const PoolShape shape = pool_shape(self, grad_output, kernel, stride, padding, dilation);
   if (!run(Pool::MaxBackward, shape, {grad_input}, {grad_output, indices})) {
-    note_host_path("max_pool2d_with_indices_backward", self.scalar_type());
-    at::Tensor host = host_alias(grad_input);
-    at::max_pool2d_with_indices_backward_out(host, host_alias(grad_output), host_alias(self),
-                                             kernel, stride, padding, dilation, ceil_mode,
-                                             host_alias(indices));
+    on_host("max_pool2d_with_indices_backward", self.scalar_type(), [&] {
+      at::Tensor host = host_alias(grad_input);
+      at::max_pool2d_with_indices_backward_out(host, host_alias(grad_output), host_alias(self),
+                                               kernel, stride, padding, dilation, ceil_mode,
+                                               host_alias(indices));
+    });
   }
   return s.result();
 }
@@ -151,10 +153,11 @@ at::Tensor avg_pool2d(const at::Tensor& self, at::IntArrayRef kernel, at::IntArr
   shape.count_include_pad = count_include_pad;
   shape.divisor = divisor.value_or(0);
   if (!run(Pool::AvgForward, shape, {out}, {self})) {
-    note_host_path("avg_pool2d", self.scalar_type());
-    at::Tensor host = host_alias(out);
-    at::avg_pool2d_out(host, host_alias(self), kernel, stride, padding, ceil_mode,
-                       count_include_pad, divisor);
+    on_host("avg_pool2d", self.scalar_type(), [&] {
+      at::Tensor host = host_alias(out);
+      at::avg_pool2d_out(host, host_alias(self), kernel, stride, padding, ceil_mode,
+                         count_include_pad, divisor);
+    });
   }
   return s.result();
 }
@@ -173,10 +176,11 @@ at::Tensor avg_pool2d_backward(const at::Tensor& grad_output, const at::Tensor& 
   shape.count_include_pad = count_include_pad;
   shape.divisor = divisor.value_or(0);
   if (!run(Pool::AvgBackward, shape, {grad_input}, {grad_output})) {
-    note_host_path("avg_pool2d_backward", self.scalar_type());
-    at::Tensor host = host_alias(grad_input);
-    at::avg_pool2d_backward_out(host, host_alias(grad_output), host_alias(self), kernel, stride,
-                                padding, ceil_mode, count_include_pad, divisor);
+    on_host("avg_pool2d_backward", self.scalar_type(), [&] {
+      at::Tensor host = host_alias(grad_input);
+      at::avg_pool2d_backward_out(host, host_alias(grad_output), host_alias(self), kernel, stride,
+                                  padding, ceil_mode, count_include_pad, divisor);
+    });
   }
   return s.result();
 }
@@ -198,8 +202,9 @@ at::Tensor adaptive_avg_pool2d(const at::Tensor& self, at::IntArrayRef output_si
   sizes.insert(sizes.end(), output_size.begin(), output_size.end());
   at::Tensor out = at::empty(sizes, self.options());
   if (!run(Pool::AdaptiveAvgForward, pool_shape(self, out, {}, {}, {}, {}), {out}, {self})) {
-    note_host_path("_adaptive_avg_pool2d", self.scalar_type());
-    host_alias(out).copy_(at::_adaptive_avg_pool2d(host_alias(self), output_size));
+    on_host("_adaptive_avg_pool2d", self.scalar_type(), [&] {
+      host_alias(out).copy_(at::_adaptive_avg_pool2d(host_alias(self), output_size));
+    });
   }
   return out;
 }
@@ -213,8 +218,9 @@ at::Tensor adaptive_avg_pool2d_backward(const at::Tensor& grad_output, const at:
   at::Tensor grad_input = at::empty(self.sizes(), self.options());
   if (!run(Pool::AdaptiveAvgBackward, pool_shape(self, grad_output, {}, {}, {}, {}),
            {grad_input}, {grad_output})) {
-    note_host_path("_adaptive_avg_pool2d_backward", self.scalar_type());
-    host_alias(grad_input).copy_(at::_adaptive_avg_pool2d_backward(host_alias(grad_output), host_alias(self)));
+    on_host("_adaptive_avg_pool2d_backward", self.scalar_type(), [&] {
+      host_alias(grad_input).copy_(at::_adaptive_avg_pool2d_backward(host_alias(grad_output), host_alias(self)));
+    });
   }
   return grad_input;
 }
@@ -232,10 +238,11 @@ at::Tensor avg_pool3d(const at::Tensor& self, at::IntArrayRef kernel, at::IntArr
   shape.count_include_pad = count_include_pad;
   shape.divisor = divisor.value_or(0);
   if (!run(Pool::AvgForward, shape, {out}, {self})) {
-    note_host_path("avg_pool3d", self.scalar_type());
-    at::Tensor host = host_alias(out);
-    at::avg_pool3d_out(host, host_alias(self), kernel, stride, padding, ceil_mode,
-                       count_include_pad, divisor);
+    on_host("avg_pool3d", self.scalar_type(), [&] {
+      at::Tensor host = host_alias(out);
+      at::avg_pool3d_out(host, host_alias(self), kernel, stride, padding, ceil_mode,
+                         count_include_pad, divisor);
+    });
   }
   return s.result();
 }
@@ -255,10 +262,11 @@ at::Tensor avg_pool3d_backward(const at::Tensor& grad_output, const at::Tensor& 
   shape.count_include_pad = count_include_pad;
   shape.divisor = divisor.value_or(0);
   if (!run(Pool::AvgBackward, shape, {grad_input}, {grad_output})) {
-    note_host_path("avg_pool3d_backward", self.scalar_type());
-    at::Tensor host = host_alias(grad_input);
-    at::avg_pool3d_backward_out(host, host_alias(grad_output), host_alias(self), kernel, stride,
-                                padding, ceil_mode, count_include_pad, divisor);
+    on_host("avg_pool3d_backward", self.scalar_type(), [&] {
+      at::Tensor host = host_alias(grad_input);
+      at::avg_pool3d_backward_out(host, host_alias(grad_output), host_alias(self), kernel, stride,
+                                  padding, ceil_mode, count_include_pad, divisor);
+    });
   }
   return s.result();
 }
@@ -302,10 +310,11 @@ std::tuple<at::Tensor, at::Tensor> max_pool3d(const at::Tensor& self, at::IntArr
   at::Tensor indices = at::empty(sizes, self.options().dtype(at::kLong).memory_format(format));
   if (!run(Pool::MaxForward, pool_shape(self, out, kernel, stride, padding, dilation, 3),
            {out, indices}, {self})) {
-    note_host_path("max_pool3d_with_indices", self.scalar_type());
-    at::Tensor host_out = host_alias(out), host_indices = host_alias(indices);
-    at::max_pool3d_with_indices_out(host_out, host_indices, host_alias(self), kernel, stride,
-                                    padding, dilation, ceil_mode);
+    on_host("max_pool3d_with_indices", self.scalar_type(), [&] {
+      at::Tensor host_out = host_alias(out), host_indices = host_alias(indices);
+      at::max_pool3d_with_indices_out(host_out, host_indices, host_alias(self), kernel, stride,
+                                      padding, dilation, ceil_mode);
+    });
   }
   return {out, indices};
 }
@@ -323,10 +332,11 @@ at::Tensor max_pool3d_backward(const at::Tensor& grad_output, const at::Tensor& 
   at::Tensor grad_input = at::empty(self.sizes(), self.options().memory_format(self.suggest_memory_format()));
   const PoolShape shape = pool_shape(self, grad_output, kernel, stride, padding, dilation, 3);
   if (!run(Pool::MaxBackward, shape, {grad_input}, {grad_output, indices})) {
-    note_host_path("max_pool3d_with_indices_backward", self.scalar_type());
-    host_alias(grad_input).copy_(at::max_pool3d_with_indices_backward(
-        host_alias(grad_output), host_alias(self), kernel, stride, padding, dilation, ceil_mode,
-        host_alias(indices)));
+    on_host("max_pool3d_with_indices_backward", self.scalar_type(), [&] {
+      host_alias(grad_input).copy_(at::max_pool3d_with_indices_backward(
+          host_alias(grad_output), host_alias(self), kernel, stride, padding, dilation, ceil_mode,
+          host_alias(indices)));
+    });
   }
   return grad_input;
 }
@@ -345,8 +355,9 @@ at::Tensor adaptive_avg_pool3d(const at::Tensor& self, at::IntArrayRef output_si
   sizes.insert(sizes.end(), output_size.begin(), output_size.end());
   at::Tensor out = at::empty(sizes, self.options().memory_format(self.suggest_memory_format()));
   if (!run(Pool::AdaptiveAvgForward, pool_shape(self, out, {}, {}, {}, {}, 3), {out}, {self})) {
-    note_host_path("_adaptive_avg_pool3d", self.scalar_type());
-    host_alias(out).copy_(at::_adaptive_avg_pool3d(host_alias(self), output_size));
+    on_host("_adaptive_avg_pool3d", self.scalar_type(), [&] {
+      host_alias(out).copy_(at::_adaptive_avg_pool3d(host_alias(self), output_size));
+    });
   }
   return out;
 }
@@ -360,8 +371,9 @@ at::Tensor adaptive_avg_pool3d_backward(const at::Tensor& grad_output, const at:
   at::Tensor grad_input = at::empty(self.sizes(), self.options().memory_format(self.suggest_memory_format()));
   if (!run(Pool::AdaptiveAvgBackward, pool_shape(self, grad_output, {}, {}, {}, {}, 3),
            {grad_input}, {grad_output})) {
-    note_host_path("_adaptive_avg_pool3d_backward", self.scalar_type());
-    host_alias(grad_input).copy_(at::_adaptive_avg_pool3d_backward(host_alias(grad_output), host_alias(self)));
+    on_host("_adaptive_avg_pool3d_backward", self.scalar_type(), [&] {
+      host_alias(grad_input).copy_(at::_adaptive_avg_pool3d_backward(host_alias(grad_output), host_alias(self)));
+    });
   }
   return grad_input;
 }
@@ -377,13 +389,14 @@ std::tuple<at::Tensor, at::Tensor> adaptive_max_pool(const at::Tensor& self, at:
   s.meta(self, output_size);
   const at::Tensor &o = s.maybe_get_output(0), &i = s.maybe_get_output(1);
   if (!run(Pool::AdaptiveMaxForward, pool_shape(self, o, {}, {}, {}, {}, dims), {o, i}, {self})) {
-    note_host_path(name, self.scalar_type());
-    at::Tensor host_out = host_alias(o), host_indices = host_alias(i);
-    if constexpr (dims == 2) {
-      at::adaptive_max_pool2d_out(host_out, host_indices, host_alias(self), output_size);
-    } else {
-      at::adaptive_max_pool3d_out(host_out, host_indices, host_alias(self), output_size);
-    }
+    on_host(name, self.scalar_type(), [&] {
+      at::Tensor host_out = host_alias(o), host_indices = host_alias(i);
+      if constexpr (dims == 2) {
+        at::adaptive_max_pool2d_out(host_out, host_indices, host_alias(self), output_size);
+      } else {
+        at::adaptive_max_pool3d_out(host_out, host_indices, host_alias(self), output_size);
+      }
+    });
   }
   return {s.result(0), s.result(1)};
 }
@@ -399,13 +412,14 @@ at::Tensor adaptive_max_pool_backward(const at::Tensor& grad_output, const at::T
   const at::Tensor& grad_input = s.maybe_get_output(0);
   if (!run(Pool::AdaptiveMaxBackward, pool_shape(self, grad_output, {}, {}, {}, {}, dims),
            {grad_input}, {grad_output, indices})) {
-    note_host_path(name, self.scalar_type());
-    at::Tensor host = host_alias(grad_input);
-    if constexpr (dims == 2) {
-      at::adaptive_max_pool2d_backward_out(host, host_alias(grad_output), host_alias(self), host_alias(indices));
-    } else {
-      at::adaptive_max_pool3d_backward_out(host, host_alias(grad_output), host_alias(self), host_alias(indices));
-    }
+    on_host(name, self.scalar_type(), [&] {
+      at::Tensor host = host_alias(grad_input);
+      if constexpr (dims == 2) {
+        at::adaptive_max_pool2d_backward_out(host, host_alias(grad_output), host_alias(self), host_alias(indices));
+      } else {
+        at::adaptive_max_pool3d_backward_out(host, host_alias(grad_output), host_alias(self), host_alias(indices));
+      }
+    });
   }
   return s.result();
 }

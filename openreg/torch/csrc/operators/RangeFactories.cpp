@@ -41,9 +41,10 @@ at::Tensor& arange_out(const at::Scalar& start, const at::Scalar& end, const at:
                          out.device().index());
   });
   if (!done) {
-    note_host_path("arange", out.scalar_type());
-    at::Tensor host = host_alias(target);
-    at::arange_out(host, start, end, step);
+    on_host("arange", out.scalar_type(), [&] {
+      at::Tensor host = host_alias(target);
+      at::arange_out(host, start, end, step);
+    });
   }
   if (!target.is_same(out)) {
     out.copy_(target);

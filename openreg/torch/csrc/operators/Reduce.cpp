@@ -64,12 +64,13 @@ at::TensorIterator reduction_iterator(const at::Tensor& self, const at::Tensor& 
 bool run_reduction(at::TensorIterator& iter, Reduction op, double count) {
   std::array<int8_t, 2> dtypes{static_cast<int8_t>(iter.dtype(0)),
                                static_cast<int8_t>(iter.dtype(1))};
-  for (int k = 0; k < 2; ++k) {
-    const auto type = iter.dtype(k);
-    if (type != at::kFloat && type != at::kHalf && type != at::kBFloat16 &&
-        !(op != Reduction::Mean && at::isIntegralType(type, /*includeBool=*/true))) {
-      return false;
-    }
+  // What kernels/reduce.rs and kernels/integer.rs compute: floating types among themselves,
+  // integers (and bool) among themselves for sums, maxima and minima.
+  const auto floating = [](at::ScalarType t) { return t == at::kFloat || t == at::kHalf || t == at::kBFloat16; };
+  const auto integral = [](at::ScalarType t) { return at::isIntegralType(t, /*includeBool=*/true); };
+  const at::ScalarType out = iter.dtype(0), in = iter.dtype(1);
+  if (!(floating(out) && floating(in)) && !(integral(out) && integral(in) && op != Reduction::Mean)) {
+    return false;
   }
   std::array<size_t, 2> data{addr(iter.data_ptr(0)), addr(iter.data_ptr(1))};
   std::array<size_t, 4> storages{};
@@ -102,9 +103,10 @@ at::Tensor sum(const at::Tensor& self, at::OptionalIntArrayRef dims, bool keepdi
   } else {
     auto iter = reduction_iterator(self, result, dims, keepdim);
     if (!run_reduction(iter, Reduction::Sum, 0)) {
-      note_host_path("sum", self.scalar_type());
-      at::Tensor out = host_alias(result);
-      at::sum_out(out, host_alias(self), dims, keepdim, dtype);
+      on_host("sum", self.scalar_type(), [&] {
+        at::Tensor out = host_alias(result);
+        at::sum_out(out, host_alias(self), dims, keepdim, dtype);
+      });
     }
   }
   return s.result();
@@ -123,9 +125,10 @@ at::Tensor mean(const at::Tensor& self, at::OptionalIntArrayRef dims, bool keepd
     auto iter = reduction_iterator(self, result, dims, keepdim);
     const double count = static_cast<double>(self.numel()) / std::max<int64_t>(result.numel(), 1);
     if (!run_reduction(iter, Reduction::Mean, count)) {
-      note_host_path("mean", self.scalar_type());
-      at::Tensor out = host_alias(result);
-      at::mean_out(out, host_alias(self), dims, keepdim, dtype);
+      on_host("mean", self.scalar_type(), [&] {
+        at::Tensor out = host_alias(result);
+        at::mean_out(out, host_alias(self), dims, keepdim, dtype);
+      });
     }
   }
   return s.result();
@@ -140,9 +143,10 @@ at::Tensor amax(const at::Tensor& self, at::IntArrayRef dims, bool keepdim,
   if (result.numel() > 0) {
     auto iter = reduction_iterator(self, result, dims, keepdim);
     if (!run_reduction(iter, Reduction::Amax, 0)) {
-      note_host_path("amax", self.scalar_type());
-      at::Tensor out = host_alias(result);
-      at::amax_out(out, host_alias(self), dims, keepdim);
+      on_host("amax", self.scalar_type(), [&] {
+        at::Tensor out = host_alias(result);
+        at::amax_out(out, host_alias(self), dims, keepdim);
+      });
     }
   }
   return s.result();
@@ -157,9 +161,10 @@ at::Tensor amin(const at::Tensor& self, at::IntArrayRef dims, bool keepdim,
   if (result.numel() > 0) {
     auto iter = reduction_iterator(self, result, dims, keepdim);
     if (!run_reduction(iter, Reduction::Amin, 0)) {
-      note_host_path("amin", self.scalar_type());
-      at::Tensor out = host_alias(result);
-      at::amin_out(out, host_alias(self), dims, keepdim);
+      on_host("amin", self.scalar_type(), [&] {
+        at::Tensor out = host_alias(result);
+        at::amin_out(out, host_alias(self), dims, keepdim);
+      });
     }
   }
   return s.result();
@@ -186,13 +191,14 @@ at::Tensor any_all(bool any, const at::Tensor& self, at::OptionalIntArrayRef dim
   } else {
     auto iter = reduction_iterator(self, result, dims, keepdim);
     if (self.scalar_type() != at::kBool || !run_reduction(iter, any ? Reduction::Amax : Reduction::Amin, 0)) {
-      note_host_path(any ? "any" : "all", self.scalar_type());
-      at::Tensor out = host_alias(result);
-      if (any) {
-        at::any_out(out, host_alias(self), dims, keepdim);
-      } else {
-        at::all_out(out, host_alias(self), dims, keepdim);
-      }
+      on_host(any ? "any" : "all", self.scalar_type(), [&] {
+        at::Tensor out = host_alias(result);
+        if (any) {
+          at::any_out(out, host_alias(self), dims, keepdim);
+        } else {
+          at::all_out(out, host_alias(self), dims, keepdim);
+        }
+      });
     }
   }
   return s.result();
@@ -251,9 +257,10 @@ at::Tensor extremum_all(const at::Tensor& self, bool max) {
   at::Tensor result = at::empty({}, self.options());
   auto iter = reduction_iterator(self, result, std::nullopt, false);
   if (!run_reduction(iter, max ? Reduction::Amax : Reduction::Amin, 0)) {
-    note_host_path(max ? "max" : "min", self.scalar_type());
-    at::Tensor out = host_alias(result);
-    out.copy_(max ? at::max(host_alias(self)) : at::min(host_alias(self)));
+    on_host(max ? "max" : "min", self.scalar_type(), [&] {
+      at::Tensor out = host_alias(result);
+      out.copy_(max ? at::max(host_alias(self)) : at::min(host_alias(self)));
+    });
   }
   return result;
 }
@@ -325,9 +332,10 @@ at::Tensor arg_extremum(bool max, const at::Tensor& self, std::optional<int64_t>
         result.copy_(out);
       }
     } else {
-      note_host_path(max ? "argmax" : "argmin", self.scalar_type());
-      at::Tensor host = host_alias(result);
-      max ? at::argmax_out(host, host_alias(self), dim, keepdim) : at::argmin_out(host, host_alias(self), dim, keepdim);
+      on_host(max ? "argmax" : "argmin", self.scalar_type(), [&] {
+        at::Tensor host = host_alias(result);
+        max ? at::argmax_out(host, host_alias(self), dim, keepdim) : at::argmin_out(host, host_alias(self), dim, keepdim);
+      });
     }
   }
   return s.result();
@@ -338,6 +346,7 @@ at::Tensor cumsum(const at::Tensor& self, int64_t dim, std::optional<at::ScalarT
   Structured<at::meta::structured_cumsum, kind> s(given);
   s.meta(self, dim, dtype);
   const at::Tensor& result = s.maybe_get_output(0);
+  check_overlap(result, {&self});  // CPU's kernel writes through a TensorIterator
   if (result.numel() > 0) {
     // CPU's cumsum first converts the input to the result's dtype.
     const at::Tensor rows = as_rows(self.to(result.scalar_type()), dim);
@@ -347,9 +356,10 @@ at::Tensor cumsum(const at::Tensor& self, int64_t dim, std::optional<at::ScalarT
       const int64_t d = self.dim() == 0 ? 0 : at::maybe_wrap_dim(dim, self.dim());
       result.copy_(out.movedim(-1, d).reshape(result.sizes()));
     } else {
-      note_host_path("cumsum", self.scalar_type());
-      at::Tensor host = host_alias(result);
-      at::cumsum_out(host, host_alias(self), dim, dtype);
+      on_host("cumsum", self.scalar_type(), [&] {
+        at::Tensor host = host_alias(result);
+        at::cumsum_out(host, host_alias(self), dim, dtype);
+      });
     }
   }
   return s.result();

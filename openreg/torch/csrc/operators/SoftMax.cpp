@@ -64,8 +64,9 @@ at::Tensor forward(Softmax op, const char* name, const at::Tensor& self, int64_t
   s.meta(self, dim, half_to_float);
   const at::Tensor& out = s.maybe_get_output(0);
   if (!run_softmax(op, out, {self}, dim)) {
-    note_host_path(name, self.scalar_type());
-    host(host_alias(out), host_alias(self));
+    on_host(name, self.scalar_type(), [&] {
+      host(host_alias(out), host_alias(self));
+    });
   }
   return s.result();
 }
@@ -100,8 +101,9 @@ at::Tensor backward(Softmax op, const char* name, const char* method, const at::
   s.meta(grad_output, output, dim, input_dtype);
   const at::Tensor& grad_input = s.maybe_get_output(0);
   if (!run_softmax(op, grad_input, {grad_output, output}, dim)) {
-    note_host_path(name, grad_output.scalar_type());
-    host(host_alias(grad_input), host_alias(grad_output), host_alias(output));
+    on_host(name, grad_output.scalar_type(), [&] {
+      host(host_alias(grad_input), host_alias(grad_output), host_alias(output));
+    });
   }
   return s.result();
 }

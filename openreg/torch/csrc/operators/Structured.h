@@ -9,6 +9,7 @@
 
 #include <ATen/core/Tensor.h>
 #include <ATen/TensorIterator.h>
+#include <ATen/MemoryOverlap.h>
 #include <ATen/TensorMeta.h>
 #include <ATen/core/op_registration/adaption.h>
 
@@ -123,9 +124,40 @@ inline void check_devices(
   }
 }
 
+// ANCHOR: check_overlap
+// CPU's TensorIterator refuses an output whose elements share memory, and an output that
+// partly overlaps an input (whole overlap is an in-place call). A kernel that writes its output
+// without an iterator makes the same checks, with ATen's functions and so CPU's messages.
+inline void check_overlap(const at::Tensor& out, std::initializer_list<const at::Tensor*> inputs) {
+  at::assert_no_internal_overlap(out);
+  for (const at::Tensor* t : inputs) {
+    if (t != nullptr && t->defined()) {
+      at::assert_no_partial_overlap(out, *t);
+    }
+  }
+}
+// ANCHOR_END: check_overlap
+
 // Counts a run of an operator on the host instead of in a kernel (Fallback.cpp).
 void note_host_path(const char* op, c10::ScalarType dtype);
 bool warn_fallback();
+
+// ANCHOR: on_host
+// A kernel's host path: ATen's CPU kernel over the runtime's view of the operands, for a dtype
+// our kernels do not compute in; counted. A dtype CPU's kernel lacks too is reported as
+// openreg's, not as a CPU kernel's ("exp_vml_cpu" not implemented for 'ComplexHalf').
+template <class F>
+decltype(auto) on_host(const char* op, c10::ScalarType dtype, F&& run) {
+  note_host_path(op, dtype);
+  try {
+    return run();
+  } catch (const c10::NotImplementedError& e) {
+    TORCH_CHECK_NOT_IMPLEMENTED(false, "openreg has no kernel for aten::", op, " in ", dtype,
+                                ", and CPU's kernel, which runs in its place, has none either: ",
+                                e.what_without_backtrace());
+  }
+}
+// ANCHOR_END: on_host
 
 // ANCHOR: same_shape
 // The common case, recognised without TensorIterator: float32 tensors of one shape, contiguous,
@@ -199,8 +231,9 @@ at::Tensor pointwise(const char* name, Pointwise op, double scalar, const at::Te
   Structured<Meta, kind> s(given);
   s.meta(args...);
   if (!run_pointwise(s, op, scalar)) {
-    note_host_path(name, s.common_dtype());
-    host(host_alias(s.maybe_get_output(0)));
+    on_host(name, s.common_dtype(), [&] {
+      host(host_alias(s.maybe_get_output(0)));
+    });
   }
   return s.result();
 }

@@ -6,7 +6,10 @@
 #include "operators/Structured.h"
 
 #include <ATen/TensorIterator.h>
+#include <ATen/native/LinearAlgebra.h>
 #include <ATen/native/UnaryOps.h>
+#include <ATen/ops/addr.h>
+#include <ATen/ops/addr_native.h>
 #include <ATen/ops/abs.h>
 #include <ATen/ops/abs_native.h>
 #include <torch/library.h>
@@ -22,11 +25,28 @@ void abs_kernel(at::TensorIteratorBase& iter) {
   }
   // Anything else runs ATen's CPU kernel over the runtime's view of the operands: correct,
   // synchronous, and said once, so the missing fast path is visible.
-  note_host_path("abs", iter.common_dtype());
-  at::Tensor out = host_alias(at::Tensor(iter.tensor_base(0)));
-  at::abs_out(out, host_alias(at::Tensor(iter.tensor_base(1))));
+  on_host("abs", iter.common_dtype(), [&] {
+    at::Tensor out = host_alias(at::Tensor(iter.tensor_base(0)));
+    at::abs_out(out, host_alias(at::Tensor(iter.tensor_base(1))));
+  });
 }
 // ANCHOR_END: abs_kernel
+
+// addr (beta * self + alpha * outer(vec1, vec2)): ATen's addr builds the iterator (self, vec1
+// as a column, vec2 as a row, broadcast) and calls the stub with beta and alpha.
+void addr_kernel(at::TensorIterator& iter, const at::Scalar& beta, const at::Scalar& alpha) {
+  const bool real = !beta.isComplex() && !alpha.isComplex();
+  if (real && run_pointwise(iter, Pointwise::Addr, beta.toDouble(), alpha.toDouble())) {
+    return;
+  }
+  on_host("addr", iter.common_dtype(), [&] {
+    // The iterator's operands: the output, self expanded to it, vec1 as a column, vec2.
+    at::Tensor out = host_alias(at::Tensor(iter.tensor_base(0)));
+    at::addr_out(out, host_alias(at::Tensor(iter.tensor_base(1))),
+                 host_alias(at::Tensor(iter.tensor_base(2))).squeeze(1), host_alias(at::Tensor(iter.tensor_base(3))),
+                 beta, alpha);
+  });
+}
 
 } // namespace
 
@@ -39,6 +59,10 @@ void register_stubs() {
     // that the linker could drop.
     at::native::abs_stub.set_privateuse1_dispatch_ptr(&abs_kernel);
     library.impl("abs.out", TORCH_FN(at::native::abs_out));
+    at::native::addr_stub.set_privateuse1_dispatch_ptr(&addr_kernel);
+    library.impl("addr", TORCH_FN(at::native::addr));
+    library.impl("addr_", TORCH_FN(at::native::addr_));
+    library.impl("addr.out", TORCH_FN(at::native::addr_out));
     return true;
   }();
   (void)registered;

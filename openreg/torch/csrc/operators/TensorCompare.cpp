@@ -26,9 +26,10 @@ at::Tensor isin(const at::Tensor& elements, const at::Tensor& test, bool assume_
   s.meta(elements, test, assume_unique, invert);
   const at::Tensor& result = s.maybe_get_output(0);
   if (elements.numel() * test.numel() > kMaxPairs) {
-    note_host_path("isin", elements.scalar_type());
-    at::Tensor host = host_alias(result);
-    at::isin_out(host, host_alias(elements), host_alias(test), assume_unique, invert);
+    on_host("isin", elements.scalar_type(), [&] {
+      at::Tensor host = host_alias(result);
+      at::isin_out(host, host_alias(elements), host_alias(test), assume_unique, invert);
+    });
   } else if (result.numel() > 0) {
     at::Tensor found = test.numel() == 0 ? at::zeros(elements.sizes(), result.options())
                                          : at::eq(elements.unsqueeze(-1), test.reshape({-1})).any(-1);

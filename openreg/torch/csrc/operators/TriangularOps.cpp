@@ -26,9 +26,10 @@ void triangle(const at::Tensor& self, const at::Tensor& out, int64_t diagonal, b
                            self.device().index());
   });
   if (!done) {
-    note_host_path(upper ? "triu" : "tril", self.scalar_type());
-    const at::Tensor host = host_alias(input);
-    host_alias(target).copy_(upper ? host.triu(diagonal) : host.tril(diagonal));
+    on_host(upper ? "triu" : "tril", self.scalar_type(), [&] {
+      const at::Tensor host = host_alias(input);
+      host_alias(target).copy_(upper ? host.triu(diagonal) : host.tril(diagonal));
+    });
   }
   if (!target.is_same(out)) {
     out.copy_(target);

@@ -12,6 +12,8 @@ mod elementwise;
 mod embedding;
 mod factory;
 mod foreach;
+pub(crate) mod histogram;
+pub(crate) mod indexing;
 mod integer;
 mod linalg;
 mod lstm;
@@ -29,6 +31,7 @@ mod reduce;
 mod rows;
 mod rnn;
 mod softmax;
+pub(crate) mod sort;
 mod triangle;
 mod walk;
 
@@ -628,44 +631,6 @@ pub(crate) fn launch_triangle(
     };
     // SAFETY: both views checked above, equal or disjoint.
     launch(device, input.numel, move || unsafe { work.run() })?;
-    Ok(true)
-}
-
-/// `index_put_`: writes (or adds, `accumulate`) `values[i]` at element offset `offsets[i]` of
-/// `target` (both float32, float16 or bfloat16, of one dtype; `values` contiguous), in order,
-/// so repeated offsets accumulate deterministically. False if the dtype is not ours.
-pub(crate) fn launch_index_put(target: Dense, offsets: &[i64], values: Dense, accumulate: bool, device: i64) -> Result<bool> {
-    let Some(dtype) = Dtype::from_code(target.dtype).filter(|_| values.dtype == target.dtype) else {
-        return Ok(false);
-    };
-    if values.numel != offsets.len() || offsets.iter().any(|&o| o < 0) {
-        return Err(rt::Error::InvalidValue(format!("index_put_: {} values for {} offsets", values.numel, offsets.len())).into());
-    }
-    let Some(&last) = offsets.iter().max() else { return Ok(true) };
-    let size = dtype.size();
-    let base = view(target.data, (last as usize + 1) * size, &[target.storage, target.storage_len])?;
-    let source = view(values.data, values.numel * size, &[values.storage, values.storage_len])?;
-    let offsets: std::sync::Arc<[i64]> = offsets.into();
-    launch(device, offsets.len(), move || {
-        let mut buf = [0f32; 1024];
-        for (chunk, first) in offsets.chunks(1024).zip((0..).step_by(1024)) {
-            let n = chunk.len();
-            // SAFETY: checked above: the values' n elements, every offset inside the target.
-            unsafe {
-                dtype::load(dtype, (source + first * size) as *const u8, size as isize, &mut buf[..n]);
-                for (&o, &v) in chunk.iter().zip(&buf[..n]) {
-                    let at = (base + o as usize * size) as *mut u8;
-                    let mut x = [v];
-                    if accumulate {
-                        let mut old = [0f32];
-                        dtype::load(dtype, at, size as isize, &mut old);
-                        x[0] += old[0];
-                    }
-                    dtype::store(dtype, at, size as isize, &x);
-                }
-            }
-        }
-    })?;
     Ok(true)
 }
 

@@ -132,8 +132,10 @@ pub(crate) fn arity(op: Pointwise) -> Option<usize> {
         | Pointwise::BitwiseAnd
         | Pointwise::BitwiseOr
         | Pointwise::BitwiseXor
-        | Pointwise::LogSigmoidBackward => 2,
-        Pointwise::Addcmul | Pointwise::Addcdiv | Pointwise::Where => 3,
+        | Pointwise::LogSigmoidBackward
+        | Pointwise::DivFloor
+        | Pointwise::DivTrunc => 2,
+        Pointwise::Addcmul | Pointwise::Addcdiv | Pointwise::Where | Pointwise::Addr => 3,
         _ => return None,
     })
 }
@@ -344,6 +346,11 @@ unsafe fn compute_any(op: Pointwise, [x, y]: [f32; 2], [a, b, c]: [*const f32; 3
             Pointwise::Lerp => map2(n, a, b, o, |s, e| if x.abs() < 0.5 { s + x * (e - s) } else { e - (e - s) * (1.0 - x) }),
             Pointwise::Addcmul => map3(n, a, b, c, o, |s, t1, t2| s + x * t1 * t2),
             Pointwise::Addcdiv => map3(n, a, b, c, o, |s, t1, t2| s + x * t1 / t2),
+            // CPU's addr_kernel: beta * self + alpha * vec1 * vec2, self unread when beta is 0.
+            Pointwise::Addr if x == 0.0 => map3(n, a, b, c, o, |_, v1, v2| y * v1 * v2),
+            Pointwise::Addr => map3(n, a, b, c, o, |s, v1, v2| x * s + y * v1 * v2),
+            Pointwise::DivTrunc => map2(n, a, b, o, |a, b| (a / b).trunc()),
+            Pointwise::DivFloor => map2(n, a, b, o, div_floor),
             // ANCHOR_END: optimizer_math
             // ANCHOR: table_formulas
             // The table-driven operators (csrc/operators/PointwiseTable.cpp): one formula each.
@@ -536,4 +543,22 @@ unsafe fn map2(n: usize, a: *const f32, b: *const f32, o: *mut f32, f: impl Fn(f
             }
         }
     }
+}
+
+/// `a / b` rounded down, as c10::div_floor_floating computes it: from the remainder, so a
+/// quotient that `a / b` rounds up to an integer is still floored.
+fn div_floor(a: f32, b: f32) -> f32 {
+    if b == 0.0 {
+        return a / b;
+    }
+    let m = a % b;
+    let mut div = (a - m) / b;
+    if m != 0.0 && (b < 0.0) != (m < 0.0) {
+        div -= 1.0;
+    }
+    if div == 0.0 {
+        return 0.0f32.copysign(a / b);
+    }
+    let floor = div.floor();
+    if div - floor > 0.5 { floor + 1.0 } else { floor }
 }

@@ -168,6 +168,8 @@ fn computes(op: Pointwise) -> bool {
             | Pointwise::BitwiseOr
             | Pointwise::BitwiseXor
             | Pointwise::BitwiseNot
+            | Pointwise::DivFloor
+            | Pointwise::DivTrunc
     )
 }
 
@@ -272,6 +274,15 @@ fn compute(op: Pointwise, [x, y]: [i64; 2], [a, b, c]: [&[i64]; 3], o: &mut [i64
         Pointwise::BitwiseAnd => map2(o, |a, b, _| a & b),
         Pointwise::BitwiseOr => map2(o, |a, b, _| a | b),
         Pointwise::BitwiseXor => map2(o, |a, b, _| a ^ b),
+        // The glue sends no zero divisor (CPU raises ZeroDivisionError for one).
+        Pointwise::DivTrunc => map2(o, |a, b, _| if b == 0 { 0 } else { a.wrapping_div(b) }),
+        Pointwise::DivFloor => map2(o, |a, b, _| {
+            if b == 0 {
+                return 0;
+            }
+            let q = a.wrapping_div(b);
+            if a.wrapping_rem(b) != 0 && (a < 0) != (b < 0) { q - 1 } else { q }
+        }),
         // (mask, self): the value where the mask is set.
         Pointwise::MaskedFill => map2(o, |mask, s, x| if mask != 0 { x } else { s }),
         Pointwise::Where => {

@@ -1,11 +1,12 @@
-// index_put_ (`x[idx] = v`, `x[rows, cols] += v` with accumulate): integer index tensors,
-// broadcast together, with CPU's rules for where the indexed dimensions land in the result.
-// The indices are read on the host — CPU raises IndexError for an index out of range, and
-// that needs their values — and turned into element offsets; a Rust kernel then writes the
-// values at those offsets on the stream. Bool masks and dtypes the kernel lacks take CPU's
-// kernel over the device memory. index_add (`out[..., index[i], ...] += alpha * source[..., i,
-// ...]`) is the same accumulating write, and masked_scatter_ (masked_select's backward) the
-// same plain write at the mask's true elements.
+// Advanced indexing: `x[idx]` (index) and `x[idx] = v`, `x[rows, cols] += v` (index_put_ with
+// accumulate): integer index tensors, or bool masks (their true positions), broadcast together,
+// with CPU's rules for where the indexed dimensions land in the result. The indices are read on
+// the host (CPU raises IndexError for an index out of range, and that needs their values) and
+// turned into element offsets; a Rust kernel then reads the elements at those offsets (the
+// gather index_select uses) or writes them (kernels/indexing.rs) on the stream. index_add
+// (`out[..., index[i], ...] += alpha * source[..., i, ...]`) is the same accumulating write,
+// and masked_scatter_ (masked_select's backward) the same plain write at the mask's true
+// elements.
 
 #include "operators/Structured.h"
 
@@ -14,6 +15,7 @@
 #include <ATen/ops/index_add.h>
 #include <ATen/ops/index_add_meta.h>
 #include <ATen/ops/empty.h>
+#include <ATen/native/Resize.h>
 #include <torch/library.h>
 
 #include <vector>
@@ -90,24 +92,59 @@ std::vector<int64_t> offsets(const at::Tensor& self, const std::vector<int64_t>&
 }
 // ANCHOR_END: offsets
 
-at::Tensor& index_put_impl_(at::Tensor& self, const c10::List<std::optional<at::Tensor>>& indices,
-                            const at::Tensor& values, bool accumulate, bool unsafe) {
+// ANCHOR: index
+// The indexed dimensions and their index tensors (int64, on the host), from `x[...]`'s list:
+// None skips a dimension, a bool mask stands for the positions of its true elements over as
+// many dimensions as it has. CPU's checks and messages.
+void host_indices(const at::Tensor& self, const c10::List<std::optional<at::Tensor>>& indices,
+                  std::vector<int64_t>& dims, std::vector<at::Tensor>& index) {
   TORCH_CHECK_INDEX(indices.size() <= static_cast<size_t>(self.dim()), "too many indices for tensor of dimension ",
                     self.dim(), " (got ", indices.size(), ")");
-  std::vector<int64_t> dims;
-  std::vector<at::Tensor> index;
-  bool native = values.scalar_type() == self.scalar_type() && values.device() == self.device() &&
-                (self.scalar_type() == at::kFloat || self.scalar_type() == at::kHalf ||
-                 self.scalar_type() == at::kBFloat16);
-  for (size_t d = 0; d < indices.size(); ++d) {
-    const std::optional<at::Tensor> t = indices.get(d);
-    if (t.has_value() && t->defined()) {
-      native = native && (t->scalar_type() == at::kLong || t->scalar_type() == at::kInt);
-      dims.push_back(static_cast<int64_t>(d));
-      index.push_back(*t);
+  int64_t d = 0;
+  for (size_t k = 0; k < indices.size(); ++k) {
+    const std::optional<at::Tensor> t = indices.get(k);
+    if (!t.has_value() || !t->defined()) {
+      ++d;
+      continue;
+    }
+    TORCH_CHECK_INDEX(t->is_cpu() || t->device() == self.device(), "indices should be either on cpu or on the same "
+                      "device as the indexed tensor (", self.device(), ")");
+    const auto type = t->scalar_type();
+    TORCH_CHECK_INDEX(type == at::kLong || type == at::kInt || type == at::kByte || type == at::kBool,
+                      "tensors used as indices must be long, int, byte or bool tensors");
+    if (type == at::kByte || type == at::kBool) {
+      for (int64_t j = 0; j < t->dim(); ++j) {
+        TORCH_CHECK_INDEX(d + j < self.dim() && t->size(j) == self.size(d + j), "The shape of the mask ",
+                          t->sizes(), " at index ", j, " does not match the shape of the indexed tensor ",
+                          self.sizes(), " at index ", d + j);
+      }
+      const at::Tensor positions = t->to(at::kCPU).nonzero();  // waits for the device: the values decide
+      for (int64_t j = 0; j < t->dim(); ++j) {
+        dims.push_back(d + j);
+        index.push_back(positions.select(1, j).contiguous());
+      }
+      d += t->dim();
+    } else {
+      dims.push_back(d++);
+      index.push_back(t->to(at::kCPU, at::kLong).contiguous());
     }
   }
-  if (native && !index.empty()) {
+}
+
+at::Tensor& index_out(const at::Tensor& self, const c10::List<std::optional<at::Tensor>>& indices, at::Tensor& out) {
+  check_devices("index.Tensor_out", {{"self", &self}, {"out", &out}});
+  TORCH_CHECK(out.scalar_type() == self.scalar_type(), "index_out: self (", self.scalar_type(),
+              ") and result (", out.scalar_type(), ") must have the same scalar type");
+  std::vector<int64_t> dims;
+  std::vector<at::Tensor> index;
+  host_indices(self, indices, dims, index);
+  // Offsets into a contiguous source: the gather kernel index_select uses reads it.
+  const at::Tensor source = self.contiguous();
+  std::vector<int64_t> shape;
+  std::vector<int64_t> where;
+  if (index.empty()) {
+    shape.assign(self.sizes().begin(), self.sizes().end());  // x[None...]: every element, a copy
+  } else {
     std::vector<at::Tensor> expanded;
     try {
       expanded = at::expand_outplace(index);
@@ -115,7 +152,65 @@ at::Tensor& index_put_impl_(at::Tensor& self, const c10::List<std::optional<at::
       TORCH_CHECK_INDEX(false, "shape mismatch: indexing tensors could not be broadcast together");
     }
     for (auto& t : expanded) {
-      t = t.to(at::kCPU, at::kLong).contiguous();  // waits for the device: the values are needed
+      t = t.contiguous();
+    }
+    where = offsets(source, dims, expanded, shape);
+  }
+  at::assert_no_internal_overlap(out);
+  at::assert_no_overlap(out, self);
+  at::native::resize_output(out, shape);
+  if (index.empty()) {
+    return out.copy_(self);
+  }
+  const at::Tensor dst = out.is_contiguous() ? out : at::empty(shape, out.options());
+  call([&] {
+    index_select(dense(source), dense(dst), self.element_size(), {where.data(), where.size()}, /*outer=*/1,
+                 static_cast<size_t>(source.numel()), /*inner=*/1, self.device().index());
+  });
+  if (!dst.is_same(out)) {
+    out.copy_(dst);
+  }
+  return out;
+}
+
+at::Tensor index(const at::Tensor& self, const c10::List<std::optional<at::Tensor>>& indices) {
+  at::Tensor out = at::empty({0}, self.options());
+  return index_out(self, indices, out);
+}
+// ANCHOR_END: index
+
+at::Tensor& index_put_impl_(at::Tensor& self, const c10::List<std::optional<at::Tensor>>& indices,
+                            const at::Tensor& given_values, bool accumulate, bool unsafe) {
+  TORCH_CHECK_INDEX(indices.size() <= static_cast<size_t>(self.dim()), "too many indices for tensor of dimension ",
+                    self.dim(), " (got ", indices.size(), ")");
+  // CPU's and CUDA's rules (_index_put_impl_, make_info): a 0-dim value may come from the CPU,
+  // indices from the CPU or self's device, anything else from self's device; and no operand
+  // may overlap self.
+  const at::Tensor values = given_values.device() != self.device() && given_values.dim() == 0
+                                ? given_values.to(self.device()) : given_values;
+  check_devices("index_put_", {{"self", &self}, {"values", &values}});
+  at::assert_no_overlap(self, values);
+  for (size_t d = 0; d < indices.size(); ++d) {
+    const std::optional<at::Tensor> t = indices.get(d);
+    if (t.has_value() && t->defined()) {
+      TORCH_CHECK_INDEX(t->is_cpu() || t->device() == self.device(), "indices should be either on cpu or on the "
+                        "same device as the indexed tensor (", self.device(), ")");
+      at::assert_no_overlap(self, *t);
+    }
+  }
+  std::vector<int64_t> dims;
+  std::vector<at::Tensor> index;
+  host_indices(self, indices, dims, index);
+  // A dtype mismatch is CPU's error, raised by its kernel.
+  if (values.scalar_type() == self.scalar_type() && !index.empty()) {
+    std::vector<at::Tensor> expanded;
+    try {
+      expanded = at::expand_outplace(index);
+    } catch (const std::exception&) {
+      TORCH_CHECK_INDEX(false, "shape mismatch: indexing tensors could not be broadcast together");
+    }
+    for (auto& t : expanded) {
+      t = t.contiguous();
     }
     std::vector<int64_t> shape;
     const std::vector<int64_t> where = offsets(self, dims, expanded, shape);
@@ -130,14 +225,15 @@ at::Tensor& index_put_impl_(at::Tensor& self, const c10::List<std::optional<at::
       return self;
     }
   }
-  note_host_path("index_put_", self.scalar_type());
-  c10::List<std::optional<at::Tensor>> host_indices;
-  for (size_t d = 0; d < indices.size(); ++d) {
-    const std::optional<at::Tensor> t = indices.get(d);
-    host_indices.push_back(t.has_value() && t->defined() ? std::optional<at::Tensor>(t->cpu()) : std::nullopt);
-  }
-  at::Tensor host = host_alias(self);
-  at::_index_put_impl_(host, host_indices, values.cpu(), accumulate, unsafe);
+  on_host("index_put_", self.scalar_type(), [&] {
+    c10::List<std::optional<at::Tensor>> host_indices;
+    for (size_t d = 0; d < indices.size(); ++d) {
+      const std::optional<at::Tensor> t = indices.get(d);
+      host_indices.push_back(t.has_value() && t->defined() ? std::optional<at::Tensor>(t->cpu()) : std::nullopt);
+    }
+    at::Tensor host = host_alias(self);
+    at::_index_put_impl_(host, host_indices, values.cpu(), accumulate, unsafe);
+  });
   return self;
 }
 
@@ -149,6 +245,10 @@ at::Tensor index_add(const at::Tensor& self, int64_t dim, const at::Tensor& inde
   Structured<at::meta::structured_index_add, kind> s(kind == Variant::InPlace ? self : given);
   dim = s.meta(self, dim, index, source, alpha).dim;
   const at::Tensor& out = s.maybe_get_output(0);
+  // CPU adds slice by slice with a TensorIterator, which refuses a source that partly
+  // overlaps the result.
+  check_overlap(out, {&source});
+  at::assert_no_overlap(out, index);
   if (!out.is_same(self)) {
     out.copy_(self);
   }
@@ -183,8 +283,9 @@ at::Tensor index_add(const at::Tensor& self, int64_t dim, const at::Tensor& inde
                             /*accumulate=*/true, out.device().index());
   });
   if (!done) {
-    note_host_path("index_add", out.scalar_type());
-    host_alias(out).index_add_(dim, host_alias(index), host_alias(source), alpha);
+    on_host("index_add", out.scalar_type(), [&] {
+      host_alias(out).index_add_(dim, host_alias(index), host_alias(source), alpha);
+    });
   }
   return s.result();
 }
@@ -239,18 +340,21 @@ at::Tensor& masked_scatter_(at::Tensor& self, const at::Tensor& mask, const at::
                             /*accumulate=*/false, self.device().index());
   });
   if (!done) {
-    note_host_path("masked_scatter_", self.scalar_type());
-    host_alias(self).masked_scatter_(host_mask, host_alias(source));
+    on_host("masked_scatter_", self.scalar_type(), [&] {
+      host_alias(self).masked_scatter_(host_mask, host_alias(source));
+    });
   }
   return self;
 }
 
 } // namespace
 
-void register_index_put() {
+void register_indexing() {
   static torch::Library library(torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1,
                                 __FILE__, __LINE__);
   static bool registered = [] {
+    library.impl("index.Tensor", TORCH_FN(index));
+    library.impl("index.Tensor_out", TORCH_FN(index_out));
     library.impl("_index_put_impl_", TORCH_FN(index_put_impl_));
     library.impl("index_add", TORCH_FN(index_add_functional));
     library.impl("index_add_", TORCH_FN(index_add_inplace));

@@ -1,0 +1,582 @@
+"""PyTorch's operator contract, held against openreg for every entry of `op_db`.
+
+A vendor's kernels are checked against CPU by their own tests; what those tests miss is the
+contract every PyTorch operator keeps whatever computes it: the errors it raises, how it treats
+`out=`, aliasing, mixed devices and dtypes, and the metadata its fake (meta) implementation
+promises to torch.compile. PyTorch describes that contract in `op_db` (OpInfo) and checks it
+with device-generic tests. This suite runs those checks on openreg, for every operator, the CPU
+fallback included:
+
+- `TestCommon` repeats four tests of PyTorch's `test/test_ops.py` under their names
+  (`test_errors`, `test_out`, `test_out_warning`, `test_noncontiguous_samples`). OpInfo entries
+  carry the expected failures PyTorch knows for those names on every device; a device that
+  behaves like CPU inherits them unchanged.
+- `TestConformance` adds what a second device needs: results equal to CPU's in every dtype CPU
+  supports, forward and backward; `out=` or in-place operands that overlap an input, and `out=`
+  on another device; operands on two devices; the dtypes only CUDA supports; fake tensors
+  that agree with the device for every operator a sample reaches.
+
+Every exclusion is in EXCLUDED below, with its reason, and reaches PyTorch's machinery through
+`PrivateUse1TestBase.set_test_configs`. Where a check samples, SAMPLING says how.
+"""
+
+# ANCHOR: setup
+import contextlib
+import itertools
+import math
+import re
+import unittest
+import warnings
+from functools import partial
+
+import torch
+from torch._subclasses.fake_utils import CrossRefFakeMode
+from torch.testing import make_tensor
+from torch.testing._internal.common_device_type import (
+    OpDTypes,
+    PrivateUse1TestBase,
+    instantiate_device_type_tests,
+    ops,
+    tol,
+    toleranceOverride,
+)
+from torch.testing._internal.common_methods_invocations import op_db
+from torch.testing._internal.common_utils import TestCase, is_iterable_of_tensors, noncontiguous_like
+from torch.testing._internal.opinfo.core import DecorateInfo
+from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
+
+DEVICE = "openreg"
+# ANCHOR_END: setup
+
+
+# ANCHOR: native
+def native_operators():
+    """aten names with an openreg kernel, from the dispatcher's own table."""
+    registered = torch._C._dispatch_get_registrations_for_dispatch_key("PrivateUse1")
+    return {r.split("::", 1)[1].split(".")[0] for r in registered if r.startswith("aten::")}
+
+
+def reaches_native_kernel(op, native=native_operators()):
+    # softmax reaches _softmax, nll_loss reaches nll_loss_forward: composite operators count
+    # when the kernel they decompose to is ours.
+    name = op.aten_name or op.name
+    return bool({name, f"_{name}", f"{name}_forward"} & native)
+# ANCHOR_END: native
+
+
+# ANCHOR: sampling
+# The suite runs inside `make test`. An entry that reaches one of our kernels is checked on
+# every sample in every dtype; an entry served by the CPU fallback runs CPU's own kernel, so
+# after its primary dtypes (all samples) a few samples per dtype, spread over the list, show
+# that the fallback carries each dtype across. The rule is fixed: the same samples every run.
+PRIMARY_DTYPES = (torch.float32, torch.int64, torch.bool)
+SPREAD = 4
+
+
+def samples_to_check(op, dtype, samples, compare=False):
+    """The samples a check runs; with `compare`, none whose result is random."""
+    samples = list(samples)
+    if compare and op.full_name in RANDOM_SAMPLES:
+        samples = [s for s in samples if not RANDOM_SAMPLES[op.full_name](s)]
+    if reaches_native_kernel(op) or dtype in PRIMARY_DTYPES or len(samples) <= SPREAD:
+        return samples
+    step = len(samples) / SPREAD
+    return [samples[int(k * step)] for k in range(SPREAD)]
+# ANCHOR_END: sampling
+
+
+# ANCHOR: excluded
+# Every exclusion, with its reason, in one place. `test_random_entries_are_listed` checks that
+# RANDOM holds exactly the entries whose CPU result changes with the seed.
+RANDOM = {
+    "normal", "normal.number_mean", "normal.in_place", "bernoulli", "multinomial", "uniform", "cauchy",
+    "exponential", "geometric", "log_normal", "randint", "randint_like", "rand_like", "randn", "randn_like",
+    "nn.functional.dropout", "nn.functional.dropout2d", "nn.functional.dropout3d", "nn.functional.alpha_dropout",
+    "nn.functional.feature_alpha_dropout.with_train", "nn.functional.rrelu", "svd_lowrank", "pca_lowrank",
+    "nn.functional.fractional_max_pool2d", "nn.functional.fractional_max_pool3d",
+}
+RANDOM_REASON = ("random: the device draws Philox numbers, CPU a Mersenne Twister; the statistics are "
+                 "checked in test_random.py")
+# Entries whose samples are random only with some arguments (dropout): those samples are not
+# compared with CPU.
+RANDOM_SAMPLES = {
+    "nn.functional.scaled_dot_product_attention": lambda s: s.kwargs.get("dropout_p", 0.0) > 0,
+    "nn.functional.multi_head_attention_forward": lambda s: s.kwargs.get("training", True) and s.args[9] > 0,
+}
+UNINITIALISED = {"empty", "empty_strided", "empty_like", "new_empty", "new_empty_strided", "empty_permuted"}
+# Sparse layouts: openreg registers no SparsePrivateUse1 kernels; the dispatcher's
+# NotImplementedError names the backend (test_sparse_layouts_are_refused).
+SPARSE = {"to_sparse", "sparse.sampled_addmm", "sparse.mm.reduce"}
+EXCLUDED = {
+    **{(name, test): RANDOM_REASON for name in RANDOM
+       for test in ("test_compare_cpu", "test_backward_compare_cpu")},
+    **{(name, "test_compare_cpu"): "returns uninitialised memory: no values to compare" for name in UNINITIALISED},
+    **{(name, test): "sparse layouts: openreg has none (test_sparse_layouts_are_refused)" for name in SPARSE
+       for test in ("test_compare_cpu", "test_backward_compare_cpu", "test_fake_tensors_match_the_device",
+                    "test_mixed_devices", "test_noncontiguous_samples", "test_out", "test_out_warning")},
+}
+# Gradients whose CPU result is itself ill-conditioned. pow's gradient with respect to a
+# broadcast exponent sums terms near 1e8 that cancel to about 1e4: a one-ulp difference in
+# log() (libm's here, Sleef's on CPU) shows at 1e-5 relative, either side of float64's answer.
+TOLERANCES = {
+    ("pow", "test_backward_compare_cpu"): {torch.float32: tol(atol=1e-5, rtol=5e-5)},
+}
+PrivateUse1TestBase.set_test_configs(op_overrides={
+    name: [DecorateInfo(unittest.skip(reason), test_name=test) for (n, test), reason in EXCLUDED.items() if n == name]
+    + [DecorateInfo(toleranceOverride(t), test_name=test) for (n, test), t in TOLERANCES.items() if n == name]
+    for name in {n for n, _ in EXCLUDED} | {n for n, _ in TOLERANCES}
+})
+
+# Operands that may be on the CPU beside openreg tensors, by entry: (flat positions of the
+# sample's tensors, why CUDA accepts them too).
+MIXED_DEVICES_ALLOWED = {
+    **{name: (range(8), "uses only the other tensor's shape, whatever its device")
+       for name in ["expand_as", "view_as", "reshape_as", "broadcast_tensors", "resize_as_"]},
+    **{name: (range(2), "clone() and copy_(): copy_ copies across devices on CUDA too")
+       for name in ["as_strided_scatter", "diagonal_scatter", "select_scatter", "slice_scatter"]},
+    "tensor_split": ((1,), "the split indices must be a CPU tensor"),
+    "index_put": ((1,), "indices may be on the CPU: indexing moves them, as CUDA's does"),
+    "_unsafe_masked_index": ((2, 3), "indices may be on the CPU: indexing moves them, as CUDA's does"),
+    "_unsafe_masked_index_put_accumulate": ((2, 3), "indices may be on the CPU: indexing moves them, as CUDA's does"),
+    "nn.functional.ctc_loss": (range(4), "ctc_loss moves the targets to the log-probabilities' device, whichever "
+                               "it is (cuDNN's CTC needs CPU targets)"),
+}
+
+# Operators the fake-tensor cross-check leaves out, each with its reason.
+FAKE_IGNORED = {
+    torch.ops.aten._ctc_loss_backward.default: "PyTorch registers no fake or meta kernel for it (every device)",
+}
+# ANCHOR_END: excluded
+
+
+def cpu_twin(tree, dtype=None):
+    """The same tensors on the CPU, aliasing included: tensors that share a device storage share
+    one CPU storage, with the same offsets, strides and conjugate/negative bits. With `dtype`,
+    floating tensors narrower than it are upcast to it (a reference)."""
+    storages = {}
+
+    def move(t):
+        if not isinstance(t, torch.Tensor) or t.device.type != DEVICE:
+            return t
+        key = (t.device, t.untyped_storage().data_ptr())
+        if key not in storages:
+            storages[key] = t.untyped_storage().cpu()
+        c = torch.empty(0, dtype=t.dtype).set_(storages[key], t.storage_offset(), t.size(), t.stride())
+        c = c.conj() if t.is_conj() else c
+        c = torch._neg_view(c) if t.is_neg() else c
+        if dtype is not None and t.dtype in (torch.float16, torch.bfloat16, torch.float32):
+            c = c.to(dtype)
+        return c.detach().requires_grad_(t.requires_grad)
+
+    return tree_map(move, tree)
+
+
+def tensors(tree):
+    return [t for t in tree_flatten(tree)[0] if isinstance(t, torch.Tensor)]
+
+
+def call(op, sample, **extra):
+    return op(sample.input, *sample.args, **{**sample.kwargs, **extra})
+
+
+def call_on_cpu(op, sample, dtype=None, **extra):
+    inputs, kwargs = cpu_twin(((sample.input, *sample.args), {**sample.kwargs, **extra}), dtype)
+    if "device" in kwargs:  # a factory: the CPU run makes CPU tensors
+        kwargs["device"] = "cpu"
+    return op(*inputs, **kwargs)
+
+
+def cpu_or(tree, device):
+    """Tensors of `tree` on `device` if that is the CPU (a sample is made on openreg)."""
+    return cpu_twin(tree) if torch.device(device).type == "cpu" else tree
+
+
+def outcome(fn):
+    try:
+        return fn()
+    except Exception as e:  # the exception is the result to compare
+        return e
+
+
+# ANCHOR: accuracy
+def assert_as_accurate_as_cpu(test, actual, expected, reference, dtype):
+    """Half-precision results may round differently from CPU's (our kernels compute in
+    float32 and round once; some CPU kernels round intermediates). Such a result passes when
+    it is, element by element, at least as close to a float64 reference as CPU's is."""
+    eps = torch.finfo(dtype).eps
+    for a, e, r in zip(tensors(actual), tensors(expected), tensors(reference)):
+        a, e, r = a.double(), e.double(), r.double()
+        slack = 1e-5 + eps * r.abs()
+        ok = ((a - r).abs() <= (e - r).abs() + slack) | (a.isnan() & e.isnan()) | (a == e)
+        test.assertTrue(bool(ok.all()), f"openreg is less accurate than CPU:\n{a}\nCPU {e}\nexact {r}")
+# ANCHOR_END: accuracy
+
+
+# ANCHOR: cuda_dtypes
+def cuda_only_dtypes(op):
+    return sorted(set(op.supported_dtypes("cuda")) - set(op.supported_dtypes("cpu")), key=str)
+
+
+# (entry, dtype) CUDA supports, CPU does not, and openreg computes: the dtype CPU computes the
+# reference in. Every other such pair must raise NotImplementedError naming openreg.
+CUDA_DTYPES_COMPUTED = {
+    # The device's own kernels: histc counts integers (kernels/histogram.rs), abs keeps bools.
+    **{("histc", t): torch.float64 for t in (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)},
+    ("abs", torch.bool): torch.uint8,
+    # Kernels that compute 16-bit floats in float32 and round once, as CUDA's do.
+    ("round.decimals_3", torch.float16): torch.float32,
+    ("round.decimals_neg_3", torch.float16): torch.float32,
+    ("nn.functional.rrelu", torch.float16): torch.float32,
+    # Complex32 carried through: diag moves elements; the convolutions compute in complex64.
+    ("diag", torch.complex32): torch.complex64,
+    **{(f"nn.functional.conv{d}", torch.complex32): torch.complex64 for d in ("1d", "2d", "3d")},
+}
+
+
+def is_clear_dtype_error(error, dtype):
+    """A RuntimeError (NotImplementedError is one) that says openreg cannot compute the dtype,
+    or names the dtype without blaming a CPU kernel the user never called."""
+    if not isinstance(error, RuntimeError):
+        return False
+    message = str(error)
+    name = {torch.complex32: "ComplexHalf", torch.float16: "Half", torch.bfloat16: "BFloat16", torch.int8: "Char",
+            torch.uint8: "Byte", torch.int16: "Short", torch.int32: "Int", torch.int64: "Long",
+            torch.bool: "Bool"}.get(dtype, str(dtype).removeprefix("torch."))
+    return "openreg" in message or (name in message and "cpu" not in message.lower())
+# ANCHOR_END: cuda_dtypes
+
+
+# ANCHOR: test_common
+class TestCommon(TestCase):
+    """Four tests of PyTorch's test/test_ops.py, by name, on openreg."""
+
+    @ops([op for op in op_db if op.error_inputs_func is not None], dtypes=OpDTypes.none)
+    def test_errors(self, device, op):
+        for error in op.error_inputs(device):
+            s = error.sample_input
+            with self.assertRaisesRegex(error.error_type, error.error_regex):
+                result = call(op, s)
+                self.assertFalse(isinstance(result, type(NotImplemented)))
+
+    @ops(op_db, dtypes=OpDTypes.any_one)
+    def test_out(self, device, dtype, op):
+        """out= keeps PyTorch's rules: the values of `out` do not matter, its strides and
+        storage are kept, an empty `out` is resized without a warning, an `out` on another
+        device or of a dtype the result cannot be cast to is an error."""
+        for sample in samples_to_check(op, dtype, op.sample_inputs(device, dtype)):
+            expected = call(op, sample)
+            if not isinstance(expected, torch.Tensor) and not is_iterable_of_tensors(expected, include_empty=True):
+                self.skipTest("the operator returns neither a tensor nor tensors")
+            if not op.supports_out:
+                with self.assertRaises(Exception):
+                    assert call(op, sample, out=expected) != NotImplemented
+                return
+
+            def each(fn, out=expected):
+                return fn(out) if isinstance(out, torch.Tensor) else tuple(map(fn, out))
+
+            def check(make, keep_layout):
+                out = each(make)
+                strides = each(lambda t: t.stride(), out)
+                storages = each(lambda t: t.untyped_storage().data_ptr(), out)
+                call(op, sample, out=out)
+                self.assertEqual(expected, out)
+                if keep_layout:
+                    self.assertEqual(strides, each(lambda t: t.stride(), out), msg="out='s strides changed")
+                    self.assertEqual(storages, each(lambda t: t.untyped_storage().data_ptr(), out),
+                                     msg="out= was given new storage")
+
+            def extremal(t):
+                is_int = not (t.dtype.is_floating_point or t.dtype.is_complex)
+                return torch.full_like(t, torch.iinfo(t.dtype).max if is_int and t.dtype != torch.bool else
+                                       (True if t.dtype == torch.bool else math.nan))
+
+            check(extremal, keep_layout=True)
+            check(lambda t: make_tensor(t.shape, dtype=t.dtype, device=t.device, noncontiguous=True),
+                  keep_layout=True)
+            check(lambda t: make_tensor((0,), dtype=t.dtype, device=t.device), keep_layout=False)
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                call(op, sample, out=each(lambda t: make_tensor((0,), dtype=t.dtype, device=t.device)))
+            self.assertFalse(any("An output with one or more elements" in str(w.message) for w in caught),
+                             "an empty out= was resized with a warning")
+            on_cpu = each(lambda t: make_tensor(t.shape, dtype=t.dtype, device="cpu"))
+            if op.is_factory_function and sample.kwargs.get("device") is None:
+                call(op, sample, out=on_cpu)
+            else:
+                with self.assertRaises(RuntimeError, msg="out= on the CPU for an openreg operator"):
+                    call(op, sample, out=on_cpu)
+            floating = (torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.complex64, torch.complex128)
+            if any(t.dtype in floating for t in tensors(expected)):
+                # An unsafe cast into out= is refused with CPU's exception (RuntimeError, or
+                # TypeError where CPU's check raises one).
+                long_out = lambda on: each(lambda t: make_tensor(t.shape, dtype=torch.long, device=on))  # noqa: E731
+                on_cpu = outcome(lambda: call_on_cpu(op, sample, out=long_out("cpu")))
+                with self.assertRaises(type(on_cpu) if isinstance(on_cpu, Exception) else RuntimeError,
+                                       msg="an unsafe cast into out="):
+                    call(op, sample, out=long_out(device))
+
+    @ops(op_db, dtypes=OpDTypes.none)
+    def test_out_warning(self, device, op):
+        """A non-empty out= of the wrong shape is resized, with PyTorch's warning."""
+        supported = op.supported_dtypes(self.device_type)
+        if not supported:
+            self.skipTest("no dtype on this device")
+        dtype = torch.float32 if torch.float32 in supported else next(iter(supported))
+        for sample in samples_to_check(op, dtype, op.sample_inputs(device, dtype)):
+            expected = call(op, sample)
+            if not isinstance(expected, torch.Tensor) and not is_iterable_of_tensors(expected, include_empty=True):
+                self.skipTest("the operator returns neither a tensor nor tensors")
+            if not op.supports_out:
+                return
+
+            def wrong_shape(t):
+                shape = list(t.shape) or [1]
+                shape[-1] += 1
+                return make_tensor(shape, dtype=t.dtype, device=t.device)
+
+            out = wrong_shape(expected) if isinstance(expected, torch.Tensor) else tuple(map(wrong_shape, expected))
+            call(op, sample, out=out)
+            self.assertEqual(expected, out)
+            out = wrong_shape(expected) if isinstance(expected, torch.Tensor) else tuple(map(wrong_shape, expected))
+            if any(t.numel() > 0 for t in tensors(out)):
+                with self.assertWarnsRegex(UserWarning, "An output with one or more elements"):
+                    call(op, sample, out=out)
+
+    @ops(op_db, allowed_dtypes=(torch.float32, torch.long, torch.complex64))
+    def test_noncontiguous_samples(self, device, dtype, op):
+        """The same values, forward and backward, from non-contiguous copies of the inputs."""
+        grad = dtype in op.supported_backward_dtypes(torch.device(device).type)
+        for sample in samples_to_check(op, dtype, op.sample_inputs(device, dtype, requires_grad=grad)):
+            other = sample.noncontiguous()
+            expected, actual = call(op, sample), call(op, other)
+            self.assertEqual(actual, expected)
+            if not grad:
+                continue
+            expected = [t for t in tensors(sample.output_process_fn_grad(expected)) if t.requires_grad]
+            actual = [t for t in tensors(other.output_process_fn_grad(actual)) if t.requires_grad]
+            leaves = [t for t in tensors((sample.input, sample.args)) if t.requires_grad]
+            other_leaves = [t for t in tensors((other.input, other.args)) if t.requires_grad]
+            if not expected or not leaves:
+                continue
+            weights = [torch.randn_like(t) for t in expected]
+            grads = torch.autograd.grad(expected, leaves, weights, allow_unused=True)
+            other_grads = torch.autograd.grad(actual, other_leaves, [noncontiguous_like(w) for w in weights],
+                                              allow_unused=True)
+            self.assertEqual(other_grads, grads)
+# ANCHOR_END: test_common
+
+
+instantiate_device_type_tests(TestCommon, globals(), only_for=DEVICE)
+
+
+# ANCHOR: test_conformance
+class TestConformance(TestCase):
+    """What a second device adds to PyTorch's own checks: agreement with CPU."""
+
+    @ops(op_db, dtypes=OpDTypes.supported)
+    def test_compare_cpu(self, device, dtype, op):
+        """Every dtype CPU supports: the device's results are CPU's (half precision: or closer
+        to a float64 reference), and so are its exceptions."""
+        for sample in samples_to_check(op, dtype, op.sample_inputs(device, dtype), compare=True):
+            expected = outcome(lambda: call_on_cpu(op, sample))
+            actual = outcome(lambda: call(op, sample))
+            if isinstance(expected, Exception) or isinstance(actual, Exception):
+                self.assertEqual(type(actual), type(expected), msg=f"CPU: {expected!r}\nopenreg: {actual!r}")
+                continue
+            try:
+                self.assertEqual(cpu_twin(actual), expected, exact_device=True)
+            except AssertionError:
+                if not (dtype.is_floating_point or dtype.is_complex):
+                    raise
+                reference = call_on_cpu(op, sample, torch.float64)
+                assert_as_accurate_as_cpu(self, cpu_twin(actual), expected, reference, dtype)
+
+    @ops([op for op in op_db if op.supports_autograd], dtypes=OpDTypes.supported_backward,
+         allowed_dtypes=(torch.float32, torch.float64))
+    def test_backward_compare_cpu(self, device, dtype, op):
+        """Gradients of every input for a random gradient of every output, against CPU's."""
+        for sample in samples_to_check(op, dtype, op.sample_inputs(device, dtype, requires_grad=True), compare=True):
+            inputs, cpu_inputs = (sample.input, *sample.args, sample.kwargs), None
+            cpu_inputs = cpu_twin(inputs)
+            leaves = [t for t in tensors(inputs) if t.requires_grad]
+            cpu_leaves = [t for t in tensors(cpu_inputs) if t.requires_grad]
+            outputs = [t for t in tensors(sample.output_process_fn_grad(call(op, sample))) if t.requires_grad]
+            cpu_outputs = [t for t in tensors(sample.output_process_fn_grad(
+                op(*cpu_inputs[:-1], **cpu_inputs[-1]))) if t.requires_grad]
+            if not outputs or not leaves:
+                continue
+            weights = [torch.randn_like(t) for t in cpu_outputs]
+            grads = torch.autograd.grad(outputs, leaves, [w.to(device) for w in weights], allow_unused=True)
+            cpu_grads = torch.autograd.grad(cpu_outputs, cpu_leaves, weights, allow_unused=True)
+            try:
+                self.assertEqual(cpu_twin(list(grads)), list(cpu_grads), exact_device=True)
+            except AssertionError:
+                reference = cpu_twin(inputs, torch.float64)
+                ref_leaves = [t for t in tensors(reference) if t.requires_grad]
+                ref_outputs = [t for t in tensors(sample.output_process_fn_grad(
+                    op(*reference[:-1], **reference[-1]))) if t.requires_grad]
+                ref_grads = torch.autograd.grad(ref_outputs, ref_leaves, [w.double() for w in weights],
+                                                allow_unused=True)
+                assert_as_accurate_as_cpu(self, cpu_twin(list(grads)), list(cpu_grads), list(ref_grads), dtype)
+
+    @ops([op for op in op_db if op.supports_out or op.inplace_variant is not None], dtypes=OpDTypes.any_one)
+    def test_overlap_like_cpu(self, device, dtype, op):
+        """An out= or in-place operand that partly overlaps an input: the device refuses it
+        exactly when CPU refuses it, given the same aliasing. (Where CPU accepts, the values
+        are undefined: PyTorch does not define the order of overlapping writes.)"""
+        tried = 0
+        for sample in op.sample_inputs(device, dtype):
+            if tried >= 3:
+                break
+            if not isinstance(sample.input, torch.Tensor) or sample.input.numel() < 2:
+                continue
+            expected = outcome(lambda: call(op, sample))
+            if not isinstance(expected, torch.Tensor) or expected.numel() < 2:
+                continue
+            shape, n = sample.input.shape, sample.input.numel()
+            cases = []
+            if op.supports_out:
+                # The first input and out= in one buffer, out= one element further on.
+                def out_case(on):
+                    buffer = torch.zeros(n + expected.numel() + 1, dtype=expected.dtype, device=on)
+                    buffer[:n].copy_(sample.input.reshape(-1))
+                    inputs = (buffer[:n].view(shape).to(sample.input.dtype), *cpu_or(sample.args, on))
+                    return op.op, inputs, {**cpu_or(sample.kwargs, on), "out": buffer[1:1 + expected.numel()].view(expected.shape)}
+                cases.append(out_case)
+            same_shape = [k for k, a in enumerate(sample.args)
+                          if isinstance(a, torch.Tensor) and a.shape == shape and a.dtype == sample.input.dtype]
+            if op.inplace_variant is not None and same_shape and expected.dtype == sample.input.dtype:
+                # self and another operand of its shape over one buffer, one element apart.
+                def inplace_case(on):
+                    buffer = torch.zeros(n + 1, dtype=sample.input.dtype, device=on)
+                    buffer[1:].copy_(sample.input.reshape(-1))
+                    args = list(cpu_or(sample.args, on))
+                    args[same_shape[0]] = buffer[:n].view(shape)
+                    return op.inplace_variant, (buffer[1:].view(shape), *args), cpu_or(sample.kwargs, on)
+                cases.append(inplace_case)
+            for case in cases:
+                fn, args, kwargs = case(device)
+                on_device = outcome(lambda: fn(*args, **kwargs))
+                fn, args, kwargs = case("cpu")
+                on_cpu = outcome(lambda: fn(*args, **kwargs))
+                self.assertEqual(isinstance(on_device, Exception), isinstance(on_cpu, Exception),
+                                 msg=f"CPU: {on_cpu!r}\nopenreg: {on_device!r}")
+                if isinstance(on_cpu, Exception):
+                    self.assertEqual(type(on_device), type(on_cpu), msg=f"CPU: {on_cpu!r}\nopenreg: {on_device!r}")
+                tried += 1
+
+    @ops(op_db, dtypes=OpDTypes.any_one)
+    def test_mixed_devices(self, device, dtype, op):
+        """A non-empty operand on the CPU (other than a 0-dim scalar) or on the other openreg
+        device, next to one on this device, is an error, as on CUDA; an out= on the CPU too."""
+        allowed = MIXED_DEVICES_ALLOWED.get(op.full_name, ((), ""))[0]
+        for sample in itertools.islice(op.sample_inputs(device, dtype), 2):
+            flat, spec = tree_flatten((sample.input, sample.args, sample.kwargs))
+            if any(isinstance(t, torch.Tensor) and t.numel() == 0 for t in flat):
+                continue  # composites return early on empty tensors, before any device check (CUDA's too)
+            operands = [k for k, t in enumerate(flat) if isinstance(t, torch.Tensor) and t.dim() > 0]
+            for k, where in itertools.product(operands, ("cpu", f"{DEVICE}:1")):
+                stays = [j for j in operands if j != k and flat[j].device == torch.device(device)]
+                if k in allowed or flat[k].device != torch.device(device) or not stays:
+                    continue
+                moved = list(flat)
+                moved[k] = flat[k].detach().to(where).requires_grad_(flat[k].requires_grad)
+                inp, args, kwargs = tree_unflatten(moved, spec)
+                with self.assertRaisesRegex(RuntimeError, "(?i)device", msg=f"operand {k} on {where}"):
+                    op(inp, *args, **kwargs)
+            if op.supports_out:
+                expected = outcome(lambda: call(op, sample))
+                if isinstance(expected, torch.Tensor) and expected.numel() > 0:
+                    with self.assertRaisesRegex(RuntimeError, "(?i)device", msg="out= on the CPU"):
+                        call(op, sample, out=torch.empty_like(expected, device="cpu"))
+
+    @ops(op_db, allowed_dtypes=(torch.float32, torch.float16, torch.int64))
+    def test_fake_tensors_match_the_device(self, device, dtype, op):
+        """torch.compile traces with fake tensors: every operator a sample reaches, forward
+        and backward, must give the sizes, strides, storage offset and aliasing on the device
+        that its fake (meta) implementation promises. CrossRefFakeMode runs each one both
+        ways and compares."""
+        grad = op.supports_autograd and dtype in op.supported_backward_dtypes(DEVICE)
+        for sample in samples_to_check(op, dtype, op.sample_inputs(device, dtype, requires_grad=grad)):
+            with CrossRefFakeMode(ignore_op_fn=lambda fn: fn in FAKE_IGNORED):
+                result = outcome(lambda: call(op, sample))
+                if isinstance(result, AssertionError):
+                    raise result
+                outputs = [t for t in tensors(result) if t.requires_grad] if grad else []
+                leaves = [t for t in tensors((sample.input, sample.args)) if t.requires_grad]
+                if outputs and leaves:
+                    backward = outcome(lambda: torch.autograd.grad(outputs, leaves, [torch.ones_like(t) for t in outputs],
+                                                                  allow_unused=True))
+                    if isinstance(backward, AssertionError):
+                        raise backward
+
+    @ops([op for op in op_db if cuda_only_dtypes(op)], dtypes=OpDTypes.none)
+    def test_cuda_dtypes(self, device, op):
+        """The dtypes CUDA supports and CPU does not: computed (and compared with CPU's result
+        in a wider dtype), or refused with an error naming openreg and the dtype."""
+        for dtype in cuda_only_dtypes(op):
+            computes = CUDA_DTYPES_COMPUTED.get((op.full_name, dtype))  # the reference's dtype
+            samples = outcome(lambda: list(itertools.islice(op.sample_inputs(device, dtype), 4)))
+            if isinstance(samples, Exception):
+                # The samples themselves need the dtype on the device (factories, fills).
+                self.assertIsNone(computes, msg=f"{dtype}: {samples!r}")
+                self.assertIsInstance(samples, (RuntimeError, TypeError))
+                continue
+            for sample in samples:
+                result = outcome(lambda: call(op, sample))
+                if computes is None:
+                    self.assertTrue(is_clear_dtype_error(result, dtype), msg=f"{dtype}: {result!r}")
+                    continue
+                self.assertNotIsInstance(result, Exception, msg=f"{dtype}")
+                if op.full_name in RANDOM:
+                    self.assertEqual(tensors(result)[0].dtype, dtype)
+                    continue
+                # CPU's result in a dtype it supports, converted back: the reference.
+                wide = cpu_twin((sample.input, sample.args, sample.kwargs))
+                wide = tree_map(lambda t: t.to(computes) if isinstance(t, torch.Tensor) and t.dtype == dtype else t, wide)
+                expected = op(wide[0], *wide[1], **wide[2])
+                self.assertEqual(cpu_twin(result), expected, exact_dtype=False,
+                                 **({"atol": 1e-2, "rtol": 1e-2} if dtype in (torch.float16, torch.bfloat16) else {}))
+# ANCHOR_END: test_conformance
+
+
+instantiate_device_type_tests(TestConformance, globals(), only_for=DEVICE)
+
+
+# ANCHOR: lists
+def test_random_entries_are_listed():
+    """RANDOM is exactly the entries whose CPU result depends on the seed: an entry that
+    becomes deterministic, or a new random one, fails here rather than hiding a comparison."""
+    def first_result(op, seed):
+        for sample in op.sample_inputs("cpu", torch.float32):
+            torch.manual_seed(seed)
+            return outcome(lambda: op(sample.input, *sample.args, **sample.kwargs))
+        return None
+
+    random = set()
+    for op in op_db:
+        if torch.float32 not in op.supported_dtypes("cpu") or op.full_name in UNINITIALISED:
+            continue
+        a, b = first_result(op, 0), first_result(op, 1)
+        if isinstance(a, Exception) or isinstance(b, Exception):
+            continue
+        same = all(torch.equal(x, y) for x, y in zip(tensors(a), tensors(b)) if x.layout == torch.strided)
+        if not same:
+            random.add(op.full_name)
+    listed = {name for name in RANDOM if torch.float32 in
+              next(op for op in op_db if op.full_name == name).supported_dtypes("cpu")}
+    assert random <= listed | set(RANDOM_SAMPLES), f"random, not listed: {random - listed}"
+    assert listed <= random | {"nn.functional.rrelu"}, f"listed, not random: {listed - random}"
+
+
+def test_sparse_layouts_are_refused():
+    """The entries SPARSE excludes raise the dispatcher's NotImplementedError, naming openreg."""
+    x = torch.eye(3, device=DEVICE)
+    try:
+        x.to_sparse()
+    except NotImplementedError as e:
+        assert "openreg" in str(e)
+    else:
+        raise AssertionError("to_sparse() made a sparse openreg tensor")
+# ANCHOR_END: lists
