@@ -207,6 +207,41 @@ def test_inductor_calls_native_kernels_for_matrix_products_and_trains_like_eager
     assert "extern_kernels.addmm(" in code  # the matrix product is our native kernel
 
 
+def test_a_compiled_decoder_training_step_with_grouped_query_attention_matches_eager():
+    """A Llama-style decoder (grouped-query attention through the fused kernel, whose inputs are
+    transposed projections) trained for two steps, compiled with Inductor and eagerly: the
+    fake tensors Inductor plans with must match the kernels' outputs, strides included, or the
+    compiled step fails its size and stride assertions."""
+    transformers = pytest.importorskip("transformers")
+    config = transformers.LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                                      attn_implementation="sdpa")
+    ids = torch.randint(0, 128, (2, 10), generator=torch.Generator().manual_seed(0)).to("openreg")
+
+    def run(compile_it):
+        torch.manual_seed(0)
+        model = transformers.LlamaForCausalLM(config).to("openreg")
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+
+        def step():
+            loss = model(ids, labels=ids).loss
+            loss.backward()
+            return loss
+
+        step = torch.compile(step) if compile_it else step
+        losses = []
+        for _ in range(2):
+            optimizer.zero_grad()
+            losses.append(step().item())
+            optimizer.step()
+        return losses, [p.detach().cpu() for p in model.parameters()]
+
+    (eager_losses, eager_params), (losses, params) = run(False), run(True)
+    torch.testing.assert_close(losses, eager_losses, rtol=1e-4, atol=1e-5)
+    for a, b in zip(params, eager_params):
+        torch.testing.assert_close(a, b, rtol=1e-3, atol=1e-5)
+
+
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32], ids=str)
 @pytest.mark.parametrize("shapes", [((4, 1), (1, 8)), ((3, 7), (7,)), ((5, 1, 3), (1, 4, 1))], ids=str)
 def test_inductor_low_precision_and_broadcasts_match_cpu(shapes, dtype):

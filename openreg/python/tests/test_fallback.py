@@ -90,3 +90,40 @@ def test_mlp_training_step_matches_cpu():
     assert losses["openreg"] == pytest.approx(losses["cpu"], rel=1e-5)
     for p_cpu, p_dev in zip(cpu_model.parameters(), dev_model.parameters()):
         torch.testing.assert_close(p_dev.cpu(), p_cpu)
+
+
+def test_operands_on_the_cpu_are_refused_as_cuda_refuses_them():
+    x = torch.randn(4)
+    mask = x > 0
+    d = x.to("openreg")
+    # where()'s condition on the CPU, an operand on each side (once a segmentation fault).
+    for args in [(mask, x, d), (mask.to("openreg"), x, d), (mask, d, x)]:
+        with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device"):
+            torch.where(*args)
+    # A native kernel and the fallback (vdot has no kernel of ours) say the same.
+    with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device"):
+        torch.vdot(d, x)
+    with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device"):
+        torch.atan2(d, x, out=torch.empty(4))
+    # 0-dim CPU tensors are scalars, and indexing takes CPU indices, as on CUDA.
+    torch.testing.assert_close(torch.atan2(d, torch.tensor(2.0)).cpu(), torch.atan2(x, torch.tensor(2.0)))
+    assert torch.equal(d[torch.tensor([0, 2])].cpu(), x[torch.tensor([0, 2])])
+
+
+def test_the_fallback_keeps_aliasing_as_on_the_device():
+    """Operands over one device storage share one host buffer: CPU's overlap errors hold, and
+    a write through one view shows through another."""
+    a = torch.arange(6.0, device="openreg")
+    i = torch.tensor([0, 1, 2], device="openreg")
+    with pytest.raises(RuntimeError, match="unsupported operation: some elements of the input tensor"):
+        torch.take(a, i, out=a[:3])  # take has no kernel of ours: the fallback refuses like CPU
+    base = torch.zeros(8, device="openreg")
+    torch.atan2(base[:4] + 1, base[4:] + 1, out=base[4:])  # a disjoint view of one storage: written in place
+    assert base.cpu().tolist() == [0, 0, 0, 0] + [0.7853981852531433] * 4
+    # The blocklist takes a bare name for every overload.
+    code = ("import torch; x = torch.ones(3, device='openreg')\n"
+            "try:\n    torch.special.bessel_j0(x)\nexcept NotImplementedError as e:\n    print('blocked', 'bessel_j0' in str(e))")
+    import os, subprocess, sys
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "OPENREG_FALLBACK_BLOCKLIST": "aten::special_bessel_j0"})
+    assert run.stdout.strip() == "blocked True", run.stderr

@@ -31,8 +31,10 @@ namespace {
 std::tuple<at::Tensor&, at::Tensor&> log_sigmoid_forward_out(const at::Tensor& self, at::Tensor& output,
                                                               at::Tensor& buffer) {
   check_devices("log_sigmoid_forward_out", {{"self", &self}, {"output", &output}, {"buffer", &buffer}});
-  at::TensorIterator iter;
-  iter.build_borrowing_unary_op(output, self);
+  // CPU's log_sigmoid_forward_out_cpu makes no overlap check: neither does this iterator.
+  at::native::resize_output(output, self.sizes());
+  at::TensorIterator iter = at::TensorIteratorConfig().set_check_mem_overlap(false).add_output(output)
+                                .add_const_input(self).build();
   if (run_pointwise(iter, Pointwise::LogSigmoid)) {
     at::native::resize_output(buffer, self.sizes());
     at::exp_out(buffer, at::neg(at::abs(self)));

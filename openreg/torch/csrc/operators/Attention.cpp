@@ -16,6 +16,7 @@
 #include <vector>
 #include <ATen/native/transformers/attention.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/empty_like.h>
 #include <ATen/ops/empty_strided.h>
 #include <ATen/ops/_softmax_backward_data.h>
 #include <ATen/ops/matmul.h>
@@ -97,6 +98,9 @@ at::Tensor scores(const at::Tensor& q, const at::Tensor& k, const std::optional<
 at::Tensor with_layout_of(const at::Tensor& query, const at::Tensor& result) {
   if (query.sizes() == result.sizes() && query.strides() == result.strides()) {
     return result;
+  }
+  if (query.sizes() == result.sizes()) {  // the meta's empty_like(query): its strides exactly
+    return at::empty_like(query, result.options()).copy_(result);
   }
   std::vector<int64_t> order(query.dim());
   std::iota(order.begin(), order.end(), 0);
@@ -279,8 +283,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> attention_backward(
       return launch_attention(true, shape, {slots, 9}, dense(m), q.device().index());
     });
     if (done) {
-      return {mask[0] ? gq : at::Tensor(), mask[1] ? gk : at::Tensor(), mask[2] ? gv : at::Tensor(),
-              at::Tensor()};
+      // The gradients in their inputs' layouts, as the meta function's empty_like promises.
+      return {mask[0] ? with_layout_of(q, gq) : at::Tensor(), mask[1] ? with_layout_of(k, gk) : at::Tensor(),
+              mask[2] ? with_layout_of(v, gv) : at::Tensor(), at::Tensor()};
     }
   }
   const at::Tensor s = scores(q, k, bias_opt, is_causal, sc);
@@ -308,9 +313,12 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> attention_backward(
   if (mask[1]) gk = at::matmul(d_s_grouped.transpose(-2, -1), grouped(qf, heads)).mul_(sc).to(k.scalar_type());
   if (mask[2]) gv = at::matmul(grouped(kept, heads).transpose(-2, -1), grouped(d_out, heads)).to(v.scalar_type());
   if (mask[3] && bias.defined() && bias.scalar_type() != at::kBool) {
-    gb = d_s.sum_to_size(bias.sizes()).to(bias.scalar_type());
+    gb = with_layout_of(bias, d_s.sum_to_size(bias.sizes()).to(bias.scalar_type()));
   }
-  return {gq, gk, gv, gb};
+  const auto like = [](const at::Tensor& input, const at::Tensor& grad) {
+    return grad.defined() ? with_layout_of(input, grad) : grad;
+  };
+  return {like(q, gq), like(k, gk), like(v, gv), gb};
 }
 // ANCHOR_END: backward
 

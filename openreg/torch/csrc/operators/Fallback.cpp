@@ -189,12 +189,21 @@ class HostCopies {
         span.device.copy_(span.host);
       }
     }
+    // The host tensor's new memory is laid out on the device as it is on the host (CPU's
+    // kernels may lay an out= tensor inside a larger buffer, LAPACK's leading dimension),
+    // from the device tensor's offset, growing its storage as resize_ would.
     for (auto& [device, host] : resized_) {
-      device.resize_(host.sizes());
-      if (device.strides() != host.strides()) {
-        device.as_strided_(host.sizes(), host.strides(), device.storage_offset());
+      const int64_t item = static_cast<int64_t>(device.itemsize());
+      const int64_t base = device.storage_offset() * item, bytes = static_cast<int64_t>(host.storage().nbytes());
+      if (static_cast<int64_t>(device.storage().nbytes()) < base + bytes) {
+        resize_storage_bytes(device.storage(), base + bytes);
       }
-      device.copy_(host);
+      device.as_strided_(host.sizes(), host.strides(), device.storage_offset() + host.storage_offset());
+      if (bytes > 0) {
+        const auto byte_options = at::TensorOptions().dtype(at::kByte);
+        at::Tensor from = at::empty({0}, byte_options).set_(host.storage(), 0, {bytes}, {1});
+        at::empty({0}, byte_options.device(device.device())).set_(device.storage(), base, {bytes}, {1}).copy_(from);
+      }
     }
   }
 
@@ -417,6 +426,9 @@ void register_fallback() {
   static bool registered = [] {
     global.fallback(torch::CppFunction::makeFromBoxedFunction<&cpu_fallback>());
     single.impl("atan2", torch::CppFunction::makeFromBoxedFunction<&cpu_fallback>());
+    // mode's out= variant is a composite that accepts only CPU, CUDA and XPU tensors; as a
+    // device kernel, the fallback runs it like every other.
+    single.impl("mode.values", torch::CppFunction::makeFromBoxedFunction<&cpu_fallback>());
     return true;
   }();
   (void)registered;

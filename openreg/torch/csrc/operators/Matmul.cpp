@@ -46,8 +46,17 @@ bool run_matmul(const at::Tensor& out, const at::Tensor& a, const at::Tensor& b,
     beta == 0 ? out.zero_() : out.mul_(beta);
     return true;
   }
+  // An operand with a unit stride in neither of its last two dimensions is copied first, as
+  // BLAS libraries need (cuBLAS's callers in ATen do the same): the product of a strided
+  // operand is then the product of a contiguous one, bit for bit.
+  const auto blas_layout = [](const at::Tensor& t) {
+    const int64_t d = t.dim();
+    const bool rows = t.stride(d - 1) == 1 || t.size(d - 1) == 1, cols = t.stride(d - 2) == 1 || t.size(d - 2) == 1;
+    return rows || cols ? t : t.contiguous();
+  };
+  const at::Tensor a_ = blas_layout(a), b_ = blas_layout(b);
   call([&] {
-    launch_matmul(static_cast<int8_t>(dtype), batch, m, n, k, matrix(out), matrix(a), matrix(b),
+    launch_matmul(static_cast<int8_t>(dtype), batch, m, n, k, matrix(out), matrix(a_), matrix(b_),
                   alpha, beta, out.device().index());
   });
   return true;

@@ -49,6 +49,8 @@ std::tuple<at::Tensor, at::Tensor> sort(const at::Tensor& self, std::optional<bo
   Structured<at::meta::structured_sort_stable, kind> s(values, indices);
   s.meta(self, stable, dim, descending);
   const at::Tensor &v = s.maybe_get_output(0), &i = s.maybe_get_output(1);
+  check_overlap(v, {&self});  // CPU's sort writes through iterators that refuse these
+  check_overlap(i, {&self});
   if (self.numel() > 0 && !sort_rows(self, dim, self.dim() == 0 ? 1 : self.size(dim), descending, v, i)) {
     on_host("sort", self.scalar_type(), [&] {
       at::Tensor hv = host_alias(v), hi = host_alias(i);

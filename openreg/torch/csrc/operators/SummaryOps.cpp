@@ -26,7 +26,6 @@ at::Tensor& histc_out(const at::Tensor& self, int64_t bins, const at::Scalar& mi
   TORCH_CHECK(bins > 0, "torch.histogram(): bins must be > 0, but got ", bins, " for dimension 0");
   TORCH_CHECK(out.scalar_type() == self.scalar_type(), "torch.histogram: input tensor and hist tensor should "
               "have the same dtype, but got input ", self.dtype(), " and hist ", out.dtype());
-  at::assert_no_overlap(out, self);
   double lo = min.toDouble(), hi = max.toDouble();
   if (lo == hi && self.numel() > 0) {
     lo = at::amin(self, {}).item<double>();  // waits for the device: the range decides the bins

@@ -166,12 +166,14 @@ at::Tensor& random_to(at::Tensor& self, int64_t to, std::optional<at::Generator>
   return random_from(self, 0, to, gen);
 }
 at::Tensor& bernoulli_tensor_(at::Tensor& self, const at::Tensor& p, std::optional<at::Generator> gen) {
+  check_overlap(self, {&p});  // CPU's kernel reads p through an iterator that refuses this
   return bernoulli_impl_<BernoulliStub, OpenRegGeneratorImpl>(self, p, gen);
 }
 at::Tensor& bernoulli_float_(at::Tensor& self, double p, std::optional<at::Generator> gen) {
   return bernoulli_impl_<BernoulliStub, OpenRegGeneratorImpl>(self, p, gen);
 }
 at::Tensor& bernoulli_out(const at::Tensor& self, std::optional<at::Generator> gen, at::Tensor& out) {
+  check_overlap(out, {&self});
   return at::native::templates::bernoulli_out_impl<BernoulliStub, OpenRegGeneratorImpl>(out, self, gen);
 }
 

@@ -4,19 +4,31 @@
 //! offset, in order, so that of two writes to one element the later one stays, as on CPU.
 
 use super::dtype::{self, Dtype};
-use super::factory::element_size;
 use super::integer::Int;
 use super::{launch, view};
 use crate::error::Result;
 use crate::ffi::ffi::Dense;
 use openreg_runtime as rt;
 
+/// The bytes of one element of a dtype (by its `c10::ScalarType` code) the kernel moves: every
+/// integer, floating and complex type; 0 for any other.
+fn byte_size(code: i8) -> usize {
+    match code {
+        0 | 1 | 11 => 1,           // uint8, int8, bool
+        2 | 5 | 15 | 27 => 2,      // int16, half, bfloat16, uint16
+        3 | 6 | 8 | 28 => 4,       // int32, float, complex32, uint32
+        4 | 7 | 9 | 29 => 8,       // int64, double, complex64, uint64
+        10 => 16,                  // complex128
+        _ => 0,
+    }
+}
+
 // ANCHOR: launch_index_put
 /// Launches `target[offsets[i]] = values[i]` (`+=` with `accumulate`) for contiguous `values`
 /// of the target's dtype. Any dtype is written; accumulation is in the element's own arithmetic
 /// (floating point through float32, integers exactly), and false for a dtype it has none for.
 pub(crate) fn launch_index_put(target: Dense, offsets: &[i64], values: Dense, accumulate: bool, device: i64) -> Result<bool> {
-    let size = element_size(target.dtype);
+    let size = byte_size(target.dtype);
     let float = Dtype::from_code(target.dtype);
     let int = Int::from_code(target.dtype).filter(|&t| t != Int::Bool);
     if size == 0 || values.dtype != target.dtype || (accumulate && float.is_none() && int.is_none()) {
