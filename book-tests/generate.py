@@ -96,28 +96,70 @@ sys.path.insert(0, str(Path(__file__).parent))
 import reference  # noqa: E402
 
 
-def opinfo() -> str:
-    """Runs the OpInfo sweep and summarises what it compared."""
+# ANCHOR: conformance
+CHECKS = {  # test name: what it checks
+    "test_errors": "error inputs: CPU's exception and message",
+    "test_out": "out=: values, strides, empty, another device, unsafe casts",
+    "test_out_warning": "out= of the wrong size: resized, with the warning",
+    "test_noncontiguous_samples": "non-contiguous samples, forward and backward",
+    "test_compare_cpu": "every dtype CPU supports, against CPU",
+    "test_backward_compare_cpu": "gradients (float32, float64), against CPU",
+    "test_overlap_like_cpu": "out= and in-place operands overlapping an input",
+    "test_mixed_devices": "operands on the CPU or the other device",
+    "test_fake_tensors_match_the_device": "fake tensors, every operator reached",
+    "test_cuda_dtypes": "dtypes only CUDA supports",
+}
+
+
+def conformance() -> str:
+    """Runs the conformance suite and counts, per check, the op_db entries by outcome."""
+    import xml.etree.ElementTree as ET
     with tempfile.TemporaryDirectory() as tmp:
-        report = Path(tmp) / "report.json"
-        run = subprocess.run([PY, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs",
-                              "openreg/python/tests/test_opinfo.py"], cwd=ROOT, capture_output=True,
-                             text=True, env={**os.environ, "OPENREG_OPINFO_REPORT": str(report)})
+        report = Path(tmp) / "junit.xml"
+        run = subprocess.run([PY, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-W", "ignore",
+                              f"--junitxml={report}", "openreg/python/tests/test_conformance.py"],
+                             cwd=ROOT, capture_output=True, text=True)
         if run.returncode != 0:
             raise SystemExit(run.stdout[-3000:] + run.stderr[-3000:])
-        data = json.loads(report.read_text())
-    samples = data["samples"]
-    lines = [
-        f"aten operators with an openreg kernel:     {len(data['native_operators'])}",
-        f"OpInfo entries that reach one of them:     {len(data['opinfos'])}",
-        f"samples equal to CPU, forward:             {samples.get('forward', 0)}",
-        f"samples closer to exact than CPU, forward: {samples.get('forward, closer to exact than CPU', 0)}",
-        f"samples equal to CPU, backward:            {samples.get('backward', 0)}",
-        "pytest: " + re.sub(r" in [\d.]+s.*", "", run.stdout.strip().splitlines()[-1].strip("= ")),
-        "skipped OpInfo entries:",
-        *[f"  {name}: {why}" for name, why in sorted(data["skips"].items())],
-    ]
+        cases = ET.parse(report).getroot().iter("testcase")
+        counts = {check: {"passed": 0, "expected to fail": 0, "excluded": 0} for check in CHECKS}
+        for case in cases:
+            name = case.get("name")
+            check = next((c for c in sorted(CHECKS, key=len, reverse=True) if name.startswith(c + "_")), None)
+            if check is None:
+                continue
+            skipped = case.find("skipped")
+            outcome = ("expected to fail" if skipped is not None and "xfail" in (skipped.get("type") or "")
+                       else "excluded" if skipped is not None else "passed")
+            counts[check][outcome] += 1
+    sys.path.insert(0, str(ROOT / "openreg/python/tests"))
+    import test_conformance as suite
+    width = max(map(len, CHECKS.values()))
+    lines = [f"{'check':<{width}}  passed  PyTorch's expected failures  excluded"]
+    for check, label in CHECKS.items():
+        c = counts[check]
+        lines.append(f"{label:<{width}}  {c['passed']:>6}  {c['expected to fail']:>27}  {c['excluded']:>8}")
+    lines += ["", "pytest: " + re.sub(r" in [\d.]+s.*", "", run.stdout.strip().splitlines()[-1].strip("= ")), "",
+              "exclusions and their reasons:"]
+    reasons = {}
+    for (name, test), why in suite.EXCLUDED.items():
+        reasons.setdefault(why, set()).add(name)
+    for why, names in sorted(reasons.items()):
+        lines.append(f"  {len(names)} entries: {why}")
+    lines.append(f"  samples with dropout (random) of: {', '.join(sorted(suite.RANDOM_SAMPLES))}")
+    for (name, dtype), (tolerance, why) in sorted(suite.BACKWARD_TOLERANCES.items(), key=lambda kv: kv[0][0]):
+        lines.append(f"  {name} gradients, {str(dtype).removeprefix('torch.')}, {tolerance}: {why}")
+    for name, (_, why) in sorted(suite.MIXED_DEVICES_ALLOWED.items()):
+        lines.append(f"  {name}, operands on the CPU allowed: {why}")
+    for op, why in suite.FAKE_IGNORED.items():
+        lines.append(f"  {op} in the fake-tensor check: {why}")
+    for (name, test), why in sorted(suite.PASSES_WHERE_PYTORCH_EXPECTS_FAILURE.items()):
+        lines.append(f"  {name} {test}, PyTorch's expected failure dropped: {why}")
+    computed = sorted({name for name, _ in suite.CUDA_DTYPES_COMPUTED})
+    lines.append(f"  CUDA-only dtypes computed by {len(computed)} entries: {', '.join(computed)}; "
+                 "the others refused with an error naming openreg or the dtype")
     return "\n".join(lines) + "\n"
+# ANCHOR_END: conformance
 
 
 def profiler_bench() -> str:
@@ -330,7 +372,7 @@ OUTPUTS = {
                                               "openreg/python/torch_openreg/openreg/distributed.py",
                                               "book-tests/generate.py"]),
     "reference": (reference.reference, [*reference.inputs(), "book-tests/generate.py"]),
-    "opinfo": (opinfo, ["openreg/python/tests/test_opinfo.py", *KERNELS, "book-tests/generate.py"]),
+    "conformance": (conformance, ["openreg/python/tests/test_conformance.py", *KERNELS, "book-tests/generate.py"]),
     **crate_diffs(),
 }
 # ANCHOR_END: outputs

@@ -169,6 +169,10 @@ class HostCopies {
     if (!device.defined() || !device.is_privateuseone()) {
       return;
     }
+    // A kernel may leave its out= as a conjugate or negative view of what it wrote (linalg's
+    // solvers do): the bits come back with the bytes.
+    device._set_conj(host.is_conj());
+    device._set_neg(host.is_neg());
     Span* span = device.numel() > 0 ? &span_of(device.storage()) : nullptr;
     const int64_t item = static_cast<int64_t>(device.itemsize());
     if (span != nullptr && host.storage().is_alias_of(span->host.storage())) {
