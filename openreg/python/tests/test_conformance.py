@@ -168,7 +168,6 @@ PASSES_WHERE_PYTORCH_EXPECTS_FAILURE = {
                            "draws do not",
     ("nn.functional.logsigmoid", "test_out_warning"): "CPU's expected failure; openreg's log_sigmoid resizes its "
                                                       "outputs with the warning",
-    ("nonzero_static", "test_out_warning"): "expected to fail on every device; here the resize warning is given",
 }
 
 
