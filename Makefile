@@ -63,8 +63,11 @@ test-rust:
 	CXX="$(CXX_CMD)" cargo test --release -p openreg-runtime -p openreg-torch
 
 # Compile tests keep Inductor's cache in the build tree: a second run reuses what the first compiled.
+# The conformance suite's thousands of independent checks share both cores.
 test-python: build
-	TORCHINDUCTOR_CACHE_DIR=$(abspath target/inductor-cache) $(PY) -m pytest -q openreg/python/tests
+	TORCHINDUCTOR_CACHE_DIR=$(abspath target/inductor-cache) $(PY) -m pytest -q openreg/python/tests \
+	  --ignore=openreg/python/tests/test_conformance.py
+	$(PY) -m pytest -q -n 2 openreg/python/tests/test_conformance.py
 
 # ANCHOR: book
 # The book: build it (html, rendered markdown, linkcheck2), then check it. Rust blocks run

@@ -43,6 +43,7 @@ from torch.testing._internal.common_device_type import (
     toleranceOverride,
 )
 from torch.testing._internal.common_methods_invocations import op_db
+from torch.testing._internal import common_utils
 from torch.testing._internal.common_utils import TestCase, is_iterable_of_tensors, noncontiguous_like
 from torch.testing._internal.opinfo.core import DecorateInfo
 from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
@@ -267,7 +268,7 @@ def call(op, sample, **extra):
 
 def seeded_call(op, sample, **extra):
     """call(), seeded: a random operator draws the same numbers each time."""
-    torch.manual_seed(0)
+    common_utils.set_rng_seed(0)
     return call(op, sample, **extra)
 
 
