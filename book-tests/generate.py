@@ -123,7 +123,8 @@ def conformance() -> str:
         if run.returncode != 0:
             raise SystemExit(run.stdout[-3000:] + run.stderr[-3000:])
         cases = ET.parse(report).getroot().iter("testcase")
-        counts = {check: {"passed": 0, "expected to fail": 0, "excluded": 0} for check in CHECKS}
+        counts = {check: {"passed": 0, "expected to fail": 0, "skipped": 0} for check in CHECKS}
+        skips = {}  # reason -> {check: entries}
         for case in cases:
             name = case.get("name")
             check = next((c for c in sorted(CHECKS, key=len, reverse=True) if name.startswith(c + "_")), None)
@@ -131,17 +132,27 @@ def conformance() -> str:
                 continue
             skipped = case.find("skipped")
             outcome = ("expected to fail" if skipped is not None and "xfail" in (skipped.get("type") or "")
-                       else "excluded" if skipped is not None else "passed")
+                       else "skipped" if skipped is not None else "passed")
             counts[check][outcome] += 1
+            if outcome == "skipped":
+                reason = (skipped.get("message") or "").strip()
+                if reason in ("Skipped!", ""):  # op_db's DecorateInfo(unittest.skip("Skipped!"), ...)
+                    reason = "op_db's own skip of the entry for this test, on CPU as here"
+                skips.setdefault(reason, {}).setdefault(check, 0)
+                skips[reason][check] += 1
     sys.path.insert(0, str(ROOT / "openreg/python/tests"))
     import test_conformance as suite
     width = max(map(len, CHECKS.values()))
-    lines = [f"{'check':<{width}}  passed  PyTorch's expected failures  excluded"]
+    lines = [f"{'check':<{width}}  passed  PyTorch's expected failures  skipped"]
     for check, label in CHECKS.items():
         c = counts[check]
-        lines.append(f"{label:<{width}}  {c['passed']:>6}  {c['expected to fail']:>27}  {c['excluded']:>8}")
+        lines.append(f"{label:<{width}}  {c['passed']:>6}  {c['expected to fail']:>27}  {c['skipped']:>7}")
     lines += ["", "pytest: " + re.sub(r" in [\d.]+s.*", "", run.stdout.strip().splitlines()[-1].strip("= ")), "",
-              "exclusions and their reasons:"]
+              "skips, by the reason the test gives (entries per test):"]
+    for reason, by_check in sorted(skips.items(), key=lambda kv: -sum(kv[1].values())):
+        where = "; ".join(f"{n} {label}" for label, n in sorted(by_check.items(), key=lambda kv: -kv[1]))
+        lines.append(f"  {reason[:150]}: {where}")
+    lines += ["", "exclusions and their reasons:"]
     reasons = {}
     for (name, test), why in suite.EXCLUDED.items():
         reasons.setdefault(why, set()).add(name)
