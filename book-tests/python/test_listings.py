@@ -11,10 +11,12 @@ from pathlib import Path
 
 import pytest
 
+from blocks import python_blocks, run
 from conftest import ROOT
 
 STAGES = sorted(p.name for p in (ROOT / "listings").iterdir() if (p / "Cargo.toml").exists())
 VENV = ROOT / ".venv"
+BOOK_BLOCKS = [b for chapter in sorted((ROOT / "src").glob("*.md")) for b in python_blocks(chapter)]
 
 
 def test_the_book_has_its_chapter_crates():
@@ -57,7 +59,20 @@ def test_chapter_crate_builds_and_passes_its_tests_when_copied_out(stage, tmp_pa
                             "tests"], cwd=crate, env=test_env, capture_output=True, text=True, timeout=600)
     assert tests.returncode == 0, tests.stdout + tests.stderr
     assert " passed" in tests.stdout
+
+    # The book's blocks that say they run on this crate run here, as printed (the Quick
+    # start's, on listings/device). Not from the crate's directory: its sources would shadow
+    # the installed wheel (`maturin develop` makes them one for the reader).
+    for block in BOOK_BLOCKS:
+        if block.environment == stage:
+            failure = run(block, ROOT, python=str(scratch / "bin" / "python"), cwd=tmp_path, env=test_env)
+            assert failure is None, failure
 # ANCHOR_END: copy_out
+
+
+def test_the_quick_start_runs_on_the_crate_it_builds():
+    quick_start = [b for b in BOOK_BLOCKS if b.path.name == "quick-start.md"]
+    assert len(quick_start) >= 3 and {b.environment for b in quick_start} == {"device"}
 
 
 def test_the_compile_chapters_error_table_is_what_the_crates_tests_produce():

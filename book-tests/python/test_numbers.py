@@ -3,6 +3,7 @@ placeholder, book-tests/prose_numbers.py), or it is not there: a typed number go
 benchmark is run again."""
 
 import importlib.util
+import re
 
 import pytest
 
@@ -49,5 +50,6 @@ def test_a_placeholder_is_filled_from_the_generated_file():
 def test_generated_outputs_show_no_internal_targets():
     # The crate diffs are code (a variable may be called TARGET); the rest are measurements.
     for path in sorted(p for p in (ROOT / "src/generated").glob("*.txt") if not p.name.startswith("diff-")):
-        assert "target" not in path.read_text().lower(), (
+        # "target" alone: a speed target; "targets" are a loss's (ctc_loss's, in conformance.txt).
+        assert not re.search(r"\btarget\b", path.read_text(), re.I), (
             f"{path.relative_to(ROOT)} shows an internal speed target: run `make book-outputs`")

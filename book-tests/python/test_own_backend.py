@@ -74,8 +74,8 @@ def test_rename_changes_names_and_nothing_else(stage, tmp_path):
 
 def test_the_appendix_names_the_commands_this_test_runs():
     text = CHAPTER.read_text()
-    for command in ["cp -r listings/operators ~/mydev", "pip uninstall -y torch_openreg",
-                    "python3 listings/rename.py ~/mydev mydev", "maturin develop --release",
+    for command in ["cp -r listings/operators ~/mybackend", "pip uninstall -y torch_openreg",
+                    "python3 listings/rename.py ~/mybackend mydev", "maturin develop --release",
                     "pytest -q tests", "git apply"]:
         assert command in text, f"src/own-backend.md no longer says `{command}`"
 

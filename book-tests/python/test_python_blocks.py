@@ -1,5 +1,6 @@
-"""Every runnable Python block in the book runs against the built backend and prints
-exactly the output shown under it."""
+"""Every runnable Python block in the book names the environment it runs in, and the ones
+on the full backend run against the built backend and print exactly the output shown under
+them (test_listings.py runs the ones on a chapter crate, in that crate's environment)."""
 
 import pytest
 
@@ -15,7 +16,20 @@ def test_the_book_has_runnable_python_blocks():
     assert sum(b.expected is not None for b in BLOCKS) >= 5
 
 
-@pytest.mark.parametrize("block", BLOCKS, ids=lambda b: f"{b.path.name}:{b.line}")
+def test_every_block_names_its_environment():
+    unnamed = [f"{b.path.relative_to(ROOT)}:{b.line}" for b in BLOCKS if b.environment is None]
+    assert not unnamed, ("runnable blocks whose first line does not say where they run "
+                         "(# Runs on: the full backend, or # Runs on: listings/STAGE ...):\n" + "\n".join(unnamed))
+
+
+def test_blocks_on_a_crate_name_one_that_exists():
+    stages = {p.name for p in (ROOT / "listings").iterdir() if (p / "Cargo.toml").exists()}
+    for b in BLOCKS:
+        assert b.environment in stages | {"full", None}, f"{b.path.name}:{b.line}: no crate listings/{b.environment}"
+
+
+@pytest.mark.parametrize("block", [b for b in BLOCKS if b.environment == "full"],
+                         ids=lambda b: f"{b.path.name}:{b.line}")
 def test_block(block):
     failure = run(block, ROOT)
     assert failure is None, failure
@@ -24,7 +38,7 @@ def test_block(block):
 def test_changed_output_is_reported_with_file_and_line(tmp_path):
     chapter = tmp_path / "src" / "chapter.md"
     chapter.parent.mkdir()
-    chapter.write_text("# C\n\nSome text.\n\n```python\nprint(1 + 1)\n```\n\n```text\n3\n```\n")
+    chapter.write_text("# C\n\nSome text.\n\n```python\n# Runs on: the full backend\nprint(1 + 1)\n```\n\n```text\n3\n```\n")
     [block] = python_blocks(chapter)
     failure = run(block, tmp_path)
     assert failure.startswith("src/chapter.md:5: the output shown under this Python block is stale")

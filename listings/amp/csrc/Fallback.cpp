@@ -9,6 +9,7 @@
 
 #include <cstdlib>
 #include <sstream>
+#include <string>
 #include <unordered_set>
 
 #include "Generator.h"
@@ -23,27 +24,54 @@ bool is_generator(const c10::Argument& argument) {
          (optional && optional->getElementType()->kind() == c10::TypeKind::GeneratorType);
 }
 
-// ANCHOR: blocklist
-// Operators that must not silently run on the CPU: abs has a kernel (csrc/Stubs.cpp), so
-// reaching the fallback would mean it is missing. OPENREG_FALLBACK_BLOCKLIST adds names.
+// ANCHOR: observability
+// The fallback is the list of kernels to write next, so it reports what reaches it: every
+// run is counted (torch.openreg.fallback_counts()); OPENREG_WARN_FALLBACK=1 warns on the first
+// run of each operator; OPENREG_FALLBACK_BLOCKLIST="aten::mul,aten::sum.dim_IntList" makes
+// operators raise instead (a bare name blocks every overload), to find who calls them.
+std::string full_name(const c10::OperatorName& name) {
+  return name.overload_name.empty() ? name.name : name.name + "." + name.overload_name;
+}
+
 bool blocked(const c10::OperatorName& name) {
   static const std::unordered_set<std::string> names = [] {
-    std::unordered_set<std::string> set{"aten::abs", "aten::abs.out"};
-    std::stringstream extra(std::getenv("OPENREG_FALLBACK_BLOCKLIST") ? std::getenv("OPENREG_FALLBACK_BLOCKLIST") : "");
-    for (std::string item; std::getline(extra, item, ',');) {
-      set.insert(item);
+    // abs has a kernel (csrc/Stubs.cpp): reaching the fallback would mean it is missing.
+    std::unordered_set<std::string> set{"aten::abs"};
+    const char* list = std::getenv("OPENREG_FALLBACK_BLOCKLIST");
+    std::stringstream items(list != nullptr ? list : "");
+    for (std::string item; std::getline(items, item, ',');) {
+      if (!item.empty()) {
+        set.insert(item);
+      }
     }
     return set;
   }();
-  return names.contains(name.overload_name.empty() ? name.name : name.name + "." + name.overload_name);
+  return names.contains(name.name) || names.contains(full_name(name));
 }
-// ANCHOR_END: blocklist
+
+bool warn_fallback() {
+  static const bool warn = [] {
+    const char* value = std::getenv("OPENREG_WARN_FALLBACK");
+    return value != nullptr && std::string(value) == "1";
+  }();
+  return warn;
+}
+
+void note_fallback(const c10::OperatorName& name) {
+  const std::string operator_name = full_name(name);
+  TORCH_CHECK_NOT_IMPLEMENTED(!blocked(name), "Operator '", operator_name,
+                              "' is not implemented for device openreg and may not fall back "
+                              "to the CPU (see OPENREG_FALLBACK_BLOCKLIST)");
+  if (record_fallback(operator_name) && warn_fallback()) {
+    TORCH_WARN("openreg: ", operator_name, " has no openreg kernel; it runs on the CPU, with "
+               "its operands copied to the host and its results back");
+  }
+}
+// ANCHOR_END: observability
 
 // ANCHOR: fallback
 void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
-  TORCH_CHECK_NOT_IMPLEMENTED(!blocked(op.schema().operator_name()), "Operator '",
-                              op.schema().operator_name(), "' is not implemented for device "
-                              "openreg and may not fall back to the CPU");
+  note_fallback(op.schema().operator_name());
   const auto& arguments = op.schema().arguments();
   const size_t first = stack->size() - arguments.size();
   std::optional<c10::Device> device;  // of the first openreg tensor argument

@@ -1,5 +1,6 @@
 //! The cxx bridge: the Rust functions the C++ glue calls, and the C++ function Rust calls.
 
+use crate::fallback::record_fallback;
 use crate::runtime::{check_device, current_device, exchange_device};
 use crate::runtime::{free as device_free, malloc as device_malloc};
 
@@ -16,6 +17,7 @@ pub mod ffi {
         fn exchange_device(index: i64) -> Result<i8>;
         fn device_malloc(size: usize) -> Result<usize>;
         fn device_free(ptr: usize);
+        fn record_fallback(name: &str) -> bool;
     }
 
     unsafe extern "C++" {

@@ -4,6 +4,7 @@
 use pyo3::exceptions::{PyImportError, PyRuntimeError};
 use pyo3::prelude::*;
 
+mod fallback;
 mod ffi;
 mod kernels;
 mod runtime;
@@ -35,6 +36,17 @@ fn _get_default_generator<'py>(py: Python<'py>, device: i64) -> PyResult<Bound<'
     py.import("torch")?.getattr("_C")?.call_method1("_accelerator_getDefaultGenerator", (device,))
 }
 
+/// The operators that ran on the CPU through the fallback, with how often.
+#[pyfunction]
+fn _fallback_counts() -> Vec<(String, u64)> {
+    fallback::fallback_counts()
+}
+
+#[pyfunction]
+fn _reset_fallback_counts() {
+    fallback::reset_fallback_counts()
+}
+
 #[pymodule]
 #[pyo3(name = "_C")]
 fn openreg_c(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -42,6 +54,8 @@ fn openreg_c(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(_get_device_count, m)?)?;
     m.add_function(wrap_pyfunction!(_get_device, m)?)?;
     m.add_function(wrap_pyfunction!(exchange_device, m)?)?;
+    m.add_function(wrap_pyfunction!(_fallback_counts, m)?)?;
+    m.add_function(wrap_pyfunction!(_reset_fallback_counts, m)?)?;
     m.add_function(wrap_pyfunction!(_get_default_generator, m)?)?;
     Ok(())
 }

@@ -4,6 +4,7 @@
 use pyo3::exceptions::{PyImportError, PyRuntimeError};
 use pyo3::prelude::*;
 
+mod fallback;
 mod ffi;
 mod runtime;
 
@@ -27,6 +28,17 @@ fn exchange_device(device: i64) -> PyResult<i64> {
     runtime::exchange_device(device).map(i64::from).map_err(PyRuntimeError::new_err)
 }
 
+/// The operators that ran on the CPU through the fallback, with how often.
+#[pyfunction]
+fn _fallback_counts() -> Vec<(String, u64)> {
+    fallback::fallback_counts()
+}
+
+#[pyfunction]
+fn _reset_fallback_counts() {
+    fallback::reset_fallback_counts()
+}
+
 #[pymodule]
 #[pyo3(name = "_C")]
 fn openreg_c(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -34,5 +46,7 @@ fn openreg_c(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(_get_device_count, m)?)?;
     m.add_function(wrap_pyfunction!(_get_device, m)?)?;
     m.add_function(wrap_pyfunction!(exchange_device, m)?)?;
+    m.add_function(wrap_pyfunction!(_fallback_counts, m)?)?;
+    m.add_function(wrap_pyfunction!(_reset_fallback_counts, m)?)?;
     Ok(())
 }

@@ -32,3 +32,13 @@ class device:
     def __exit__(self, *exc):
         _C._exchangeDevice(self.prev_idx)
         return False
+
+
+def fallback_counts() -> dict[str, int]:
+    """The operators that ran on the CPU through the fallback, with how often: the kernels to
+    write next. With OPENREG_WARN_FALLBACK=1 the first run of each is also a warning."""
+    return dict(_C._fallback_counts())
+
+
+def reset_fallback_counts() -> None:
+    _C._reset_fallback_counts()

@@ -44,3 +44,13 @@ def _is_in_bad_fork() -> bool:
 
 
 from .random import get_rng_state, initial_seed, manual_seed, manual_seed_all, set_rng_state  # noqa: E402,F401
+
+
+def fallback_counts() -> dict[str, int]:
+    """The operators that ran on the CPU through the fallback, with how often: the kernels to
+    write next. With OPENREG_WARN_FALLBACK=1 the first run of each is also a warning."""
+    return dict(_C._fallback_counts())
+
+
+def reset_fallback_counts() -> None:
+    _C._reset_fallback_counts()

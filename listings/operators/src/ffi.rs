@@ -1,5 +1,6 @@
 //! The cxx bridge: the Rust functions the C++ glue calls, and the C++ function Rust calls.
 
+use crate::fallback::record_fallback;
 use crate::runtime::{check_device, current_device, exchange_device};
 use crate::runtime::{free as device_free, malloc as device_malloc};
 use crate::kernels::{abs_f32, add_f32, mul_f32};
@@ -17,6 +18,7 @@ pub mod ffi {
         fn exchange_device(index: i64) -> Result<i8>;
         fn device_malloc(size: usize) -> Result<usize>;
         fn device_free(ptr: usize);
+        fn record_fallback(name: &str) -> bool;
 
         // Kernels (src/kernels.rs): one function per operation, so C++ cannot call a kernel
         // that Rust does not have (a missing one fails to compile).
