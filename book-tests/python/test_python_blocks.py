@@ -22,6 +22,18 @@ def test_every_block_names_its_environment():
                          "(# Runs on: the full backend, or # Runs on: listings/STAGE ...):\n" + "\n".join(unnamed))
 
 
+def test_every_shell_block_names_where_it_runs():
+    # Shell blocks make environments (a clone, a venv, a crate's copy); test_listings.py and
+    # test_own_backend.py run their steps.
+    unnamed = []
+    for chapter in CHAPTERS:
+        lines = chapter.read_text().splitlines()
+        for i, line in enumerate(lines[:-1]):
+            if line.strip() in ("```sh", "```bash", "```console") and not lines[i + 1].startswith("# Runs in: "):
+                unnamed.append(f"{chapter.relative_to(ROOT)}:{i + 1}")
+    assert not unnamed, "shell blocks whose first line is not `# Runs in: ...`:\n" + "\n".join(unnamed)
+
+
 def test_blocks_on_a_crate_name_one_that_exists():
     stages = {p.name for p in (ROOT / "listings").iterdir() if (p / "Cargo.toml").exists()}
     for b in BLOCKS:
