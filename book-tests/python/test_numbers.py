@@ -53,3 +53,9 @@ def test_generated_outputs_show_no_internal_targets():
         # "target" alone: a speed target; "targets" are a loss's (ctc_loss's, in conformance.txt).
         assert not re.search(r"\btarget\b", path.read_text(), re.I), (
             f"{path.relative_to(ROOT)} shows an internal speed target: run `make book-outputs`")
+
+
+def test_the_readme_gives_the_measured_reader_install_time():
+    minutes = numbers.lookup('reader-install "make reader" 1')
+    readme = (ROOT / "README.md").read_text()
+    assert f"{minutes} in a fresh" in readme, f"README.md should say `make reader` takes {minutes} (generated)"
