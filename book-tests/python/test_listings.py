@@ -34,8 +34,9 @@ def test_chapter_crate_builds_and_passes_its_tests_when_copied_out(stage, tmp_pa
         **os.environ,
         "VIRTUAL_ENV": str(VENV),
         "PYO3_PYTHON": str(VENV / "bin" / "python"),
-        # Compiled dependencies are kept between runs; the crate itself is built from the copy.
-        "CARGO_TARGET_DIR": str(ROOT / "target" / "listings" / stage),
+        # Compiled dependencies (pyo3, cxx) are built once for all crates and kept between
+        # runs; the crate itself is built from the copy.
+        "CARGO_TARGET_DIR": str(ROOT / "target" / "listings"),
         "CCACHE_BASEDIR": str(tmp_path),
         "CXX": "ccache c++" if shutil.which("ccache") else "c++",
     }

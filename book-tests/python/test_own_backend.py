@@ -100,7 +100,7 @@ def test_rename_then_first_op_then_build_and_test(tmp_path):
         **os.environ,
         "VIRTUAL_ENV": str(env),
         "PATH": f"{env / 'bin'}:{os.environ['PATH']}",
-        "CARGO_TARGET_DIR": str(ROOT / "target" / "listings" / "mydev"),
+        "CARGO_TARGET_DIR": str(ROOT / "target" / "listings"),
         "CCACHE_BASEDIR": str(tmp_path),
     }
     build_env.pop("CXX", None)  # the crate's build.rs picks ccache by itself

@@ -55,7 +55,7 @@ fn main() {
     println!("cargo:rustc-link-lib=dylib=torch_cpu");
     println!("cargo:rustc-link-arg=-Wl,-rpath,$ORIGIN/../torch/lib");
     println!("cargo:rustc-link-arg=-Wl,-rpath,{lib}");
-    for file in sources.iter().chain(&["csrc/OpenReg.h", "csrc/Generator.h", "csrc/Structured.h"]) {
+    for file in sources.iter().chain(&["csrc/OpenReg.h", "csrc/Fallback.h", "csrc/Generator.h", "csrc/Structured.h"]) {
         println!("cargo:rerun-if-changed={file}");
     }
 }

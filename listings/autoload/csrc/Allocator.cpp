@@ -1,7 +1,5 @@
 #include "OpenReg.h"
 
-#include <cstring>
-
 namespace openreg {
 namespace {
 
@@ -24,7 +22,8 @@ class OpenRegAllocator final : public c10::Allocator {
   }
 
   void copy_data(void* dest, const void* src, std::size_t count) const override {
-    std::memcpy(dest, src, count);  // device memory is host memory at this stage
+    // Storage copies stay on the device: the host cannot read either side.
+    call([&] { copy_device_to_device(reinterpret_cast<size_t>(dest), reinterpret_cast<size_t>(src), count); });
   }
 };
 // ANCHOR_END: allocator

@@ -4,18 +4,19 @@
 use pyo3::exceptions::{PyImportError, PyRuntimeError};
 use pyo3::prelude::*;
 
+mod device;
 mod fallback;
 mod ffi;
-mod runtime;
+mod memory;
 
 #[pyfunction]
 fn _get_device_count() -> i8 {
-    runtime::DEVICE_COUNT
+    device::DEVICE_COUNT
 }
 
 #[pyfunction]
 fn _get_device() -> i8 {
-    runtime::current_device()
+    device::current_device()
 }
 
 /// Sets the current device and returns the previous one; negative indices are a no-op.
@@ -25,13 +26,13 @@ fn exchange_device(device: i64) -> PyResult<i64> {
     if device < 0 {
         return Ok(-1);
     }
-    runtime::exchange_device(device).map(i64::from).map_err(PyRuntimeError::new_err)
+    device::exchange_device(device).map(i64::from).map_err(PyRuntimeError::new_err)
 }
 
 /// The default `torch.Generator` of `device`, through PyTorch's accelerator API.
 #[pyfunction]
 fn _get_default_generator<'py>(py: Python<'py>, device: i64) -> PyResult<Bound<'py, PyAny>> {
-    runtime::check_device(device).map_err(PyRuntimeError::new_err)?;
+    device::check_device(device).map_err(PyRuntimeError::new_err)?;
     py.import("torch")?.getattr("_C")?.call_method1("_accelerator_getDefaultGenerator", (device,))
 }
 

@@ -1,5 +1,6 @@
-// The minimal operators. Device memory is host memory at this stage, so ATen's CPU
-// implementations work on it directly.
+// The minimal operators: allocation, views, and the copies between host and device. Views
+// only change metadata, so ATen's implementations serve; data moves through the runtime's
+// copies, because the host cannot address device memory.
 
 #include "OpenReg.h"
 
@@ -8,7 +9,7 @@
 #include <ATen/ops/_local_scalar_dense_native.h>
 #include <ATen/ops/_reshape_alias_native.h>
 #include <ATen/ops/as_strided_native.h>
-#include <ATen/ops/from_blob.h>
+#include <ATen/ops/empty.h>
 #include <ATen/ops/set_native.h>
 #include <ATen/ops/unfold_native.h>
 #include <ATen/ops/view_as_complex_native.h>
@@ -52,21 +53,49 @@ at::Tensor as_strided(const at::Tensor& self, c10::SymIntArrayRef size,
                                            C10_AS_INTARRAYREF_SLOW(stride), storage_offset);
 }
 
-// A CPU tensor over the same memory; a negative or conjugate view keeps its bit.
-at::Tensor as_cpu(const at::Tensor& t) {
-  if (t.is_cpu()) {
-    return t;
+// ANCHOR: copy
+// A tensor's elements lie in one span of its storage, from its first element to its last.
+// Copying that span keeps the layout, so the same sizes and strides find them on the host.
+struct HostCopy {
+  at::Tensor span;  // the span's bytes, on the host
+  at::Tensor view;  // the tensor's elements in it
+};
+
+HostCopy host_copy(const at::Tensor& t, bool read) {
+  int64_t elements = t.numel() == 0 ? 0 : 1;
+  for (int64_t d = 0; d < t.dim() && elements > 0; ++d) {
+    elements += (t.size(d) - 1) * t.stride(d);
   }
-  at::Tensor cpu =
-      at::from_blob(t.data_ptr(), t.sizes(), t.strides(), t.options().device(at::kCPU));
-  cpu._set_conj(t.is_conj());
-  cpu._set_neg(t.is_neg());
-  return cpu;
+  at::Tensor span = at::empty({elements}, t.options().device(at::kCPU));
+  if (read) {
+    call([&] {
+      copy_device_to_host({static_cast<uint8_t*>(span.data_ptr()), span.nbytes()},
+                          reinterpret_cast<size_t>(t.data_ptr()));
+    });
+  }
+  at::Tensor view = span.as_strided(t.sizes(), t.strides());
+  view._set_conj(t.is_conj());
+  view._set_neg(t.is_neg());
+  return {span, view};
 }
 
-// ANCHOR: copy
 at::Tensor _copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
-  as_cpu(dst).copy_(as_cpu(self), non_blocking);
+  if (dst.numel() == 0) {
+    return dst;
+  }
+  const at::Tensor source = self.is_cpu() ? self : host_copy(self, true).view;
+  if (dst.is_cpu()) {
+    dst.copy_(source);
+    return dst;
+  }
+  // Bytes of the span that are not dst's elements must survive: read the span first unless
+  // dst's elements fill it.
+  HostCopy staging = host_copy(dst, !dst.is_non_overlapping_and_dense());
+  staging.view.copy_(source);
+  call([&] {
+    copy_host_to_device(reinterpret_cast<size_t>(dst.data_ptr()),
+                        {static_cast<const uint8_t*>(staging.span.data_ptr()), staging.span.nbytes()});
+  });
   return dst;
 }
 // ANCHOR_END: copy
@@ -77,7 +106,7 @@ at::Tensor _copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) 
 }
 
 at::Scalar _local_scalar_dense(const at::Tensor& self) {
-  return at::native::_local_scalar_dense_cpu(as_cpu(self));
+  return at::native::_local_scalar_dense_cpu(host_copy(self, true).view);
 }
 
 const at::Tensor& resize_(const at::Tensor& self, c10::SymIntArrayRef size,
@@ -132,7 +161,7 @@ void register_ops() {
     ops.impl("unfold", TORCH_FN(at::native::unfold));
     // Resolving a negative or conjugate view clones it, and the clone copies through
     // _copy_from: without these, that fallback would meet itself again, forever.
-    // _copy_from handles both bits (as_cpu keeps them).
+    // _copy_from handles both bits (host_copy keeps them).
     static torch::Library negative(torch::Library::IMPL, "aten", c10::DispatchKey::Negative,
                                    __FILE__, __LINE__);
     static torch::Library conjugate(torch::Library::IMPL, "aten", c10::DispatchKey::Conjugate,

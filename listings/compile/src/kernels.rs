@@ -1,42 +1,56 @@
-//! Kernels in Rust. At this stage device memory is host memory and there are no streams, so a
-//! kernel runs at once on the addresses it is given; the full backend (`openreg/torch`)
-//! checks and translates addresses and queues kernels on streams.
+//! Kernels in Rust: the device's own work. They are given device addresses, which the host
+//! cannot dereference, and reach the memory through the runtime's view of it
+//! (`memory::device_view`), as a real device's kernels address memory the host cannot. At
+//! this stage there are no streams: a kernel runs when it is called.
 
-/// `dst[i] = |src[i]|` for `n` contiguous float32 elements.
-pub fn abs_f32(dst: usize, src: usize, n: usize) {
-    for i in 0..n {
-        // SAFETY: C++ passes the data of two tensors of n float32 elements.
-        unsafe { *(dst as *mut f32).add(i) = (*(src as *const f32).add(i)).abs() };
-    }
-}
+use crate::memory::device_view;
 
 // ANCHOR: binary
-/// `out = a + alpha * b` over a TensorIterator's operands (see `binary_f32`).
-pub fn add_f32(alpha: f32, data: &[usize], shape: &[i64], strides: &[i64]) {
-    binary_f32(|a, b| a + alpha * b, data, shape, strides);
+/// `out = |a|` over a TensorIterator's operands (see `elementwise_f32`).
+pub fn abs_f32(data: &[usize], shape: &[i64], strides: &[i64]) -> Result<(), String> {
+    elementwise_f32(|[a]| a.abs(), data, shape, strides)
+}
+
+/// `out = a + alpha * b`.
+pub fn add_f32(alpha: f32, data: &[usize], shape: &[i64], strides: &[i64]) -> Result<(), String> {
+    elementwise_f32(|[a, b]| a + alpha * b, data, shape, strides)
 }
 
 /// `out = a * b` (the signature is every binary kernel's; mul has no alpha).
-pub fn mul_f32(_alpha: f32, data: &[usize], shape: &[i64], strides: &[i64]) {
-    binary_f32(|a, b| a * b, data, shape, strides);
+pub fn mul_f32(_alpha: f32, data: &[usize], shape: &[i64], strides: &[i64]) -> Result<(), String> {
+    elementwise_f32(|[a, b]| a * b, data, shape, strides)
 }
 
-/// `out = op(a, b)` over a TensorIterator's operands (`data` = out, a, b): `shape[0]` is the
-/// fastest dimension, `strides` holds each operand's byte strides, operand by operand, so
-/// broadcasting is a 0 stride.
-fn binary_f32(op: impl Fn(f32, f32) -> f32, data: &[usize], shape: &[i64], strides: &[i64]) {
+/// `out = op(inputs)` over a TensorIterator's float32 operands (`data` = out, then the N
+/// inputs, as device addresses): `shape[0]` is the fastest dimension, `strides` holds each
+/// operand's byte strides, operand by operand, so broadcasting is a 0 stride.
+fn elementwise_f32<const N: usize>(
+    op: impl Fn([f32; N]) -> f32,
+    data: &[usize],
+    shape: &[i64],
+    strides: &[i64],
+) -> Result<(), String> {
     let ndim = shape.len();
-    let stride = |k: usize, d: usize| strides[k * ndim + d] as isize;
     let total: i64 = shape.iter().product();
+    if total == 0 {
+        return Ok(());
+    }
+    let stride = |k: usize, d: usize| strides[k * ndim + d] as isize;
+    // Each operand's memory, through the runtime: the bytes from its first element to its
+    // last (strides are never negative in PyTorch).
+    let mut base = [std::ptr::null_mut::<u8>(); 8];
+    for k in 0..=N {
+        let extent: isize = (0..ndim).map(|d| (shape[d] as isize - 1) * stride(k, d)).sum();
+        base[k] = device_view(data[k], extent as usize + 4)?;
+    }
     let mut index = vec![0i64; ndim];
     for _ in 0..total {
-        // The byte offset of the current element in each operand.
+        // The byte offset of the current element in operand k.
         let at = |k: usize| (0..ndim).map(|d| index[d] as isize * stride(k, d)).sum::<isize>();
-        // SAFETY: C++ passes TensorIterator's pointers and strides, which stay inside each
-        // operand's storage for every index below `shape`.
+        // SAFETY: every offset below `shape` stays inside the extent checked above.
         unsafe {
-            let (a, b) = (*((data[1] as isize + at(1)) as *const f32), *((data[2] as isize + at(2)) as *const f32));
-            *((data[0] as isize + at(0)) as *mut f32) = op(a, b);
+            let inputs: [f32; N] = std::array::from_fn(|i| *(base[i + 1].offset(at(i + 1)) as *const f32));
+            *(base[0].offset(at(0)) as *mut f32) = op(inputs);
         }
         // Next index, dimension 0 fastest.
         for d in 0..ndim {
@@ -47,5 +61,6 @@ fn binary_f32(op: impl Fn(f32, f32) -> f32, data: &[usize], shape: &[i64], strid
             index[d] = 0;
         }
     }
+    Ok(())
 }
 // ANCHOR_END: binary

@@ -1,10 +1,12 @@
 """torch.compile for openreg: a Dynamo device interface and an Inductor backend.
 
-This device's memory is host memory the CPU can read and write, so Inductor's C++ kernels for
-the CPU run on it unchanged: the backend reuses them and adapts what Inductor asks of a device
-around them. A device with memory the host cannot touch needs a launcher as well (the book's
-torch.compile chapter shows the full backend's).
+The kernels are Inductor's C++ kernels for the CPU (this device computes on the host's cores),
+but they never see a device address: the generated code calls each one through `launch`, which
+hands it the runtime's view of every tensor's memory, as a device's launcher hands a kernel
+addresses in the device's memory.
 """
+
+import ctypes
 
 import hashlib
 import importlib.abc
@@ -129,10 +131,11 @@ def _inductor_backend_init() -> None:
 
         def _generate_kernel_call_helper(self, kernel_name, call_args, *, device=None, triton=True, **kwargs):
             # Inductor writes C++ kernel calls for cpu and mps and raises "device ... nyi"
-            # for any other device type.
+            # for any other device type. Ours go through the launcher.
             device = device or V.graph.get_current_device_or_throw()
             if device.type == "openreg" and not triton:
-                self.writeline(self.wrap_kernel_call(kernel_name, call_args))
+                self.add_import_once("from torch_openreg.compile import launch")
+                self.writeline(self.wrap_kernel_call("launch", [kernel_name, *call_args]))
                 return
             super()._generate_kernel_call_helper(kernel_name, call_args, device=device, triton=triton, **kwargs)
 
@@ -183,6 +186,26 @@ def is_cpu(node) -> bool:
     device = node.get_device()
     return device is not None and device.type in ("cpu", "openreg")
 # ANCHOR_END: inductor
+
+
+# ANCHOR: launch
+def launch(kernel, *args):
+    """Runs a compiled kernel on the device: each openreg tensor argument is replaced by a CPU
+    tensor over the runtime's view of its storage (same sizes, strides and offset). This stage
+    has no streams, so the kernel runs now, on the calling thread."""
+    return kernel(*(device_view(a) if isinstance(a, torch.Tensor) and a.device.type == "openreg" else a
+                    for a in args))
+
+
+def device_view(tensor: torch.Tensor) -> torch.Tensor:
+    storage = tensor.untyped_storage()
+    if storage.nbytes() == 0:
+        return torch.empty_strided(tensor.size(), tensor.stride(), dtype=tensor.dtype)
+    address = openreg._C._device_view(storage.data_ptr(), storage.nbytes())
+    memory = (ctypes.c_char * storage.nbytes()).from_address(address)
+    return torch.frombuffer(memory, dtype=torch.uint8).view(tensor.dtype).as_strided(
+        tensor.size(), tensor.stride(), tensor.storage_offset())
+# ANCHOR_END: launch
 
 
 # ANCHOR: backend

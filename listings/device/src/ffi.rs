@@ -1,11 +1,12 @@
 //! The cxx bridge: the Rust functions the C++ glue calls, and the C++ function Rust calls.
 
 use crate::fallback::record_fallback;
-use crate::runtime::{check_device, current_device, exchange_device};
-use crate::runtime::{free as device_free, malloc as device_malloc};
+use crate::device::{check_device, current_device, exchange_device};
+use crate::memory::{copy_device_to_device, copy_device_to_host, copy_host_to_device};
+use crate::memory::{free as device_free, malloc as device_malloc};
 
 fn device_count() -> i8 {
-    crate::runtime::DEVICE_COUNT
+    crate::device::DEVICE_COUNT
 }
 
 #[cxx::bridge(namespace = "openreg")]
@@ -17,6 +18,9 @@ pub mod ffi {
         fn exchange_device(index: i64) -> Result<i8>;
         fn device_malloc(size: usize) -> Result<usize>;
         fn device_free(ptr: usize);
+        fn copy_host_to_device(dst: usize, src: &[u8]) -> Result<()>;
+        fn copy_device_to_host(dst: &mut [u8], src: usize) -> Result<()>;
+        fn copy_device_to_device(dst: usize, src: usize, len: usize) -> Result<()>;
         fn record_fallback(name: &str) -> bool;
     }
 

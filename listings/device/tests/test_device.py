@@ -35,3 +35,19 @@ def test_bad_device_index():
     with pytest.raises(RuntimeError, match=r"^OpenReg error: invalid device ordinal: index 5 for openreg"):
         torch.empty(1, device="openreg:5")
 # ANCHOR_END: tests
+
+
+# ANCHOR: protected
+def test_the_host_cannot_touch_device_memory():
+    """A device address is not a host address: host code reading one faults, as it would
+    on an accelerator. Every other test in this directory runs under the same rule."""
+    import signal
+    import subprocess
+    import sys
+
+    touch = ("import ctypes, torch, torch_openreg\n"
+             "x = torch.ones(4, device='openreg')\n"
+             "ctypes.string_at(x.data_ptr(), 4)\n")
+    result = subprocess.run([sys.executable, "-P", "-c", touch], capture_output=True, timeout=120)
+    assert result.returncode == -signal.SIGSEGV, result.stderr
+# ANCHOR_END: protected

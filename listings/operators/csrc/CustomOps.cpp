@@ -15,8 +15,10 @@ at::Tensor custom_abs(const at::Tensor& self) {
               self.scalar_type());
   at::Tensor input = self.contiguous();
   at::Tensor out = at::empty_like(input);
-  abs_f32(reinterpret_cast<size_t>(out.data_ptr()), reinterpret_cast<size_t>(input.data_ptr()),
-          input.numel());
+  const std::array<size_t, 2> data{reinterpret_cast<size_t>(out.data_ptr()),
+                                   reinterpret_cast<size_t>(input.data_ptr())};
+  const int64_t shape = input.numel(), strides[] = {4, 4};  // contiguous float32
+  call([&] { abs_f32({data.data(), 2}, {&shape, 1}, {strides, 2}); });
   return out;
 }
 // ANCHOR_END: custom_abs

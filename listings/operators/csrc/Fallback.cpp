@@ -3,6 +3,7 @@
 // draw from the openreg device's generator.
 
 #include "OpenReg.h"
+#include "Fallback.h"
 
 #include <ATen/native/CPUFallback.h>
 #include <torch/library.h>
@@ -35,8 +36,7 @@ std::string full_name(const c10::OperatorName& name) {
 
 bool blocked(const c10::OperatorName& name) {
   static const std::unordered_set<std::string> names = [] {
-    // abs has a kernel (csrc/Stubs.cpp): reaching the fallback would mean it is missing.
-    std::unordered_set<std::string> set{"aten::abs"};
+    std::unordered_set<std::string> set;
     const char* list = std::getenv("OPENREG_FALLBACK_BLOCKLIST");
     std::stringstream items(list != nullptr ? list : "");
     for (std::string item; std::getline(items, item, ',');) {
@@ -69,6 +69,8 @@ void note_fallback(const c10::OperatorName& name) {
 }
 // ANCHOR_END: observability
 
+} // namespace
+
 // ANCHOR: fallback
 void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   note_fallback(op.schema().operator_name());
@@ -94,8 +96,6 @@ void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   at::native::cpu_fallback(op, stack);
 }
 // ANCHOR_END: fallback
-
-} // namespace
 
 void register_fallback() {
   static torch::Library library(torch::Library::IMPL, "_", c10::DispatchKey::PrivateUse1,

@@ -1,103 +1,121 @@
 // Kernels for add and mul: the structured meta functions decide shapes, dtypes and errors;
-// the Rust kernel computes float32, and ATen's CPU kernel the other dtypes (device memory
-// is host memory at this stage, so the CPU kernel can run on it directly).
+// the Rust kernels compute float32 on the device. Everything else (other dtypes, a CPU
+// scalar operand) goes to the CPU fallback, which copies operands to the host and results
+// back: host code never reads device memory.
 
+#include "Fallback.h"
 #include "Structured.h"
 
-#include <ATen/ops/add.h>
 #include <ATen/ops/add_meta.h>
-#include <ATen/ops/from_blob.h>
-#include <ATen/ops/mul.h>
+#include <ATen/ops/add_ops.h>
 #include <ATen/ops/mul_meta.h>
+#include <ATen/ops/mul_ops.h>
+#include <ATen/ops/result_type.h>
 #include <c10/util/SmallVector.h>
 #include <torch/library.h>
 
 namespace openreg {
 namespace {
 
-// A CPU tensor over the same memory (CPU scalars pass through).
-at::Tensor host(const at::Tensor& t) {
-  return t.is_cpu() ? t : at::from_blob(t.data_ptr(), t.sizes(), t.strides(), t.options().device(at::kCPU));
-}
-
 // ANCHOR: run
 // A binary kernel of src/kernels.rs, as cxx declares it.
 using BinaryKernel = void (*)(float alpha, rust::Slice<const size_t> data, rust::Slice<const int64_t> shape,
                               rust::Slice<const int64_t> strides);
 
-// The Rust kernel takes float32 tensors on the device; false if this iterator is not that.
-bool run_binary(at::TensorIteratorBase& iter, BinaryKernel kernel, float alpha) {
-  for (int k = 0; k < iter.ntensors(); ++k) {
-    if (iter.dtype(k) != at::kFloat || iter.device(k).type() != kOpenReg) {
-      return false;
-    }
-  }
-  std::array<size_t, 3> data{};
-  c10::SmallVector<int64_t, 12> strides;
-  for (int k = 0; k < 3; ++k) {
-    data[k] = reinterpret_cast<size_t>(iter.data_ptr(k));
-    strides.append(iter.strides(k).begin(), iter.strides(k).end());
-  }
-  kernel(alpha, {data.data(), 3}, {iter.shape().data(), iter.shape().size()},
-             {strides.data(), strides.size()});
-  return true;
+// What the Rust kernels take: float32 tensors on an openreg device.
+bool float32_on_device(std::initializer_list<at::Tensor> tensors) {
+  return std::all_of(tensors.begin(), tensors.end(), [](const at::Tensor& t) {
+    return !t.defined() || (t.scalar_type() == at::kFloat && t.device().type() == kOpenReg);
+  });
 }
 
-template <class Meta, Variant kind, class Cpu>
+// A CPU scalar (`x * 3`, `x + torch.tensor(0.5)`) is a value, not memory: when the result is
+// float32 it travels to the device as a one-element tensor, and the kernel broadcasts it.
+at::Tensor on_device(const at::Tensor& other, const at::Tensor& self) {
+  if (other.is_cpu() && other.dim() == 0 && self.device().type() == kOpenReg &&
+      at::result_type(self, other) == at::kFloat) {
+    return other.to(self.options().dtype(at::kFloat));
+  }
+  return other;
+}
+
+// The meta function lays out the iteration (and the output); the kernel runs over it with
+// device addresses, which only the kernel dereferences.
+template <class Meta, Variant kind>
 at::Tensor binary(BinaryKernel kernel, const at::Tensor& self, const at::Tensor& other,
-                  const at::Scalar& alpha, const at::Tensor& given, Cpu&& cpu) {
+                  const at::Scalar& alpha, const at::Tensor& given) {
   Structured<Meta, kind> s(given);
   if constexpr (std::is_same_v<Meta, at::meta::structured_add_Tensor>) {
     s.meta(self, other, alpha);
   } else {
     s.meta(self, other);
   }
-  if (!run_binary(s, kernel, alpha.isComplex() ? 0.0f : alpha.toFloat())) {
-    at::Tensor out = host(s.given_);
-    cpu(out, host(self), host(other));
+  std::array<size_t, 3> data{};
+  c10::SmallVector<int64_t, 12> strides;
+  for (int k = 0; k < 3; ++k) {
+    data[k] = reinterpret_cast<size_t>(s.data_ptr(k));
+    strides.append(s.strides(k).begin(), s.strides(k).end());
   }
+  call([&] {
+    kernel(alpha.toFloat(), {data.data(), 3}, {s.shape().data(), s.shape().size()},
+           {strides.data(), strides.size()});
+  });
   return s.given_;
 }
 // ANCHOR_END: run
 
-at::Tensor add(const at::Tensor& self, const at::Tensor& other, const at::Scalar& alpha) {
-  return binary<at::meta::structured_add_Tensor, Variant::Functional>(
-      add_f32, self, other, alpha, {},
-      [&](at::Tensor& o, const at::Tensor& a, const at::Tensor& b) { at::add_out(o, a, b, alpha); });
+// ANCHOR: add
+at::Tensor add(const at::Tensor& self, const at::Tensor& scalar_or_other, const at::Scalar& alpha) {
+  const at::Tensor other = on_device(scalar_or_other, self);
+  if (!float32_on_device({self, other}) || alpha.isComplex()) {
+    return fall_back<at::_ops::add_Tensor>(self, other, alpha);
+  }
+  return binary<at::meta::structured_add_Tensor, Variant::Functional>(add_f32, self, other, alpha, {});
 }
+// ANCHOR_END: add
 
-at::Tensor& add_(at::Tensor& self, const at::Tensor& other, const at::Scalar& alpha) {
-  binary<at::meta::structured_add_Tensor, Variant::InPlace>(
-      add_f32, self, other, alpha, self,
-      [&](at::Tensor& o, const at::Tensor& a, const at::Tensor& b) { at::add_out(o, a, b, alpha); });
+at::Tensor& add_(at::Tensor& self, const at::Tensor& scalar_or_other, const at::Scalar& alpha) {
+  const at::Tensor other = on_device(scalar_or_other, self);
+  if (!float32_on_device({self, other}) || alpha.isComplex()) {
+    return fall_back<at::_ops::add__Tensor>(self, other, alpha);
+  }
+  binary<at::meta::structured_add_Tensor, Variant::InPlace>(add_f32, self, other, alpha, self);
   return self;
 }
 
-at::Tensor& add_out(const at::Tensor& self, const at::Tensor& other, const at::Scalar& alpha,
+at::Tensor& add_out(const at::Tensor& self, const at::Tensor& scalar_or_other, const at::Scalar& alpha,
                     at::Tensor& out) {
-  binary<at::meta::structured_add_Tensor, Variant::Out>(
-      add_f32, self, other, alpha, out,
-      [&](at::Tensor& o, const at::Tensor& a, const at::Tensor& b) { at::add_out(o, a, b, alpha); });
+  const at::Tensor other = on_device(scalar_or_other, self);
+  if (!float32_on_device({self, other, out}) || alpha.isComplex()) {
+    return fall_back<at::_ops::add_out>(self, other, alpha, out);
+  }
+  binary<at::meta::structured_add_Tensor, Variant::Out>(add_f32, self, other, alpha, out);
   return out;
 }
 
-at::Tensor mul(const at::Tensor& self, const at::Tensor& other) {
-  return binary<at::meta::structured_mul_Tensor, Variant::Functional>(
-      mul_f32, self, other, 1, {},
-      [](at::Tensor& o, const at::Tensor& a, const at::Tensor& b) { at::mul_out(o, a, b); });
+at::Tensor mul(const at::Tensor& self, const at::Tensor& scalar_or_other) {
+  const at::Tensor other = on_device(scalar_or_other, self);
+  if (!float32_on_device({self, other})) {
+    return fall_back<at::_ops::mul_Tensor>(self, other);
+  }
+  return binary<at::meta::structured_mul_Tensor, Variant::Functional>(mul_f32, self, other, 1, {});
 }
 
-at::Tensor& mul_(at::Tensor& self, const at::Tensor& other) {
-  binary<at::meta::structured_mul_Tensor, Variant::InPlace>(
-      mul_f32, self, other, 1, self,
-      [](at::Tensor& o, const at::Tensor& a, const at::Tensor& b) { at::mul_out(o, a, b); });
+at::Tensor& mul_(at::Tensor& self, const at::Tensor& scalar_or_other) {
+  const at::Tensor other = on_device(scalar_or_other, self);
+  if (!float32_on_device({self, other})) {
+    return fall_back<at::_ops::mul__Tensor>(self, other);
+  }
+  binary<at::meta::structured_mul_Tensor, Variant::InPlace>(mul_f32, self, other, 1, self);
   return self;
 }
 
-at::Tensor& mul_out(const at::Tensor& self, const at::Tensor& other, at::Tensor& out) {
-  binary<at::meta::structured_mul_Tensor, Variant::Out>(
-      mul_f32, self, other, 1, out,
-      [](at::Tensor& o, const at::Tensor& a, const at::Tensor& b) { at::mul_out(o, a, b); });
+at::Tensor& mul_out(const at::Tensor& self, const at::Tensor& scalar_or_other, at::Tensor& out) {
+  const at::Tensor other = on_device(scalar_or_other, self);
+  if (!float32_on_device({self, other, out})) {
+    return fall_back<at::_ops::mul_out>(self, other, out);
+  }
+  binary<at::meta::structured_mul_Tensor, Variant::Out>(mul_f32, self, other, 1, out);
   return out;
 }
 

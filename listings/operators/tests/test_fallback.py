@@ -45,3 +45,17 @@ def test_the_warning_names_each_operator_once():
     assert result.returncode == 0, result.stderr
     assert result.stdout.count("aten::atan2.out has no openreg kernel") == 1, result.stdout
     assert "aten::atan2" not in run(code).stdout
+
+
+def test_a_cpu_kernels_own_warning_comes_through_the_fallback():
+    """Eager mse_loss on the device runs CPU's mse_loss.out through the fallback, and that
+    kernel warns that it resized its 0-dim output. CPU warns the same for the same call: the
+    warning is the CPU kernel's (it computes elementwise into its output before reducing), not
+    a wrong output from the fallback."""
+    a, b = torch.randn(32, 3), torch.randn(32, 3)
+    resized = r"was resized since it had shape \[\], which does not match the required output shape \[32, 3\]"
+    with pytest.warns(UserWarning, match=resized):
+        torch._C._nn.mse_loss(a, b, 1, out=torch.empty(()))
+    with pytest.warns(UserWarning, match=resized):
+        loss = torch.nn.functional.mse_loss(a.to("openreg"), b.to("openreg"))
+    assert loss.shape == () and torch.equal(loss.cpu(), torch.nn.functional.mse_loss(a, b))

@@ -21,9 +21,17 @@ def test_structured_add_and_mul_match_cpu(shapes):
     torch.testing.assert_close(out.cpu(), a + b)
 
 
-def test_other_dtypes_run_the_cpu_kernel_and_errors_match_cpu():
+def test_scalars_stay_on_the_kernel_and_other_dtypes_fall_back():
+    a = torch.randn(4)
+    torch.openreg.reset_fallback_counts()
+    torch.testing.assert_close((a.openreg() * 3 + torch.tensor(0.5)).cpu(), a * 3 + 0.5)
+    assert torch.openreg.fallback_counts() == {}  # CPU scalars travel to the device as values
     i = torch.arange(4)
     assert torch.equal((i.openreg() * 3 + 1).cpu(), i * 3 + 1)
+    assert torch.openreg.fallback_counts() == {"aten::mul.Tensor": 1, "aten::add.Tensor": 1}
+
+
+def test_errors_match_cpu():
     with pytest.raises(RuntimeError) as cpu:
         torch.ones(2, 3) + torch.ones(4)
     with pytest.raises(RuntimeError) as dev:
@@ -33,9 +41,12 @@ def test_other_dtypes_run_the_cpu_kernel_and_errors_match_cpu():
 
 def test_abs_through_its_stub():
     a = torch.tensor([[-1.0, 2.0], [3.0, -4.0]])
+    torch.openreg.reset_fallback_counts()
     assert torch.equal(a.openreg().abs().cpu(), a.abs())
-    assert torch.equal(a.openreg().t().abs().cpu(), a.t().abs())  # not contiguous: CPU kernel
+    assert torch.equal(a.openreg().t().abs().cpu(), a.t().abs())  # strided: the same kernel
+    assert torch.openreg.fallback_counts() == {}
     assert torch.equal(torch.tensor([-3, 4]).openreg().abs().cpu(), torch.tensor([3, 4]))
+    assert torch.openreg.fallback_counts() == {"aten::abs.out": 1}  # int64: on the CPU
 
 
 def test_custom_op_forward_backward_and_meta():
