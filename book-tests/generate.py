@@ -320,7 +320,7 @@ def profiler_trace() -> str:
 
 
 # Chapter crates in the order of the book; each one's chapter shows what it adds.
-STAGES = ["device", "hooks", "autoload", "operators", "amp", "compile"]
+STAGES = ["device", "hooks", "runtime", "autoload", "operators", "amp", "compile"]
 
 
 def crate_files(stage) -> list:

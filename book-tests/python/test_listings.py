@@ -20,7 +20,7 @@ BOOK_BLOCKS = [b for chapter in sorted((ROOT / "src").glob("*.md")) for b in pyt
 
 
 def test_the_book_has_its_chapter_crates():
-    assert STAGES == ["amp", "autoload", "compile", "device", "hooks", "operators"]
+    assert STAGES == ["amp", "autoload", "compile", "device", "hooks", "operators", "runtime"]
 
 
 # ANCHOR: copy_out
@@ -55,7 +55,7 @@ def test_chapter_crate_builds_and_passes_its_tests_when_copied_out(stage, tmp_pa
                    check=True)
 
     # The stages before "autoload" declare no entry point: they are imported explicitly.
-    test_env = {**os.environ, "TORCH_DEVICE_BACKEND_AUTOLOAD": "0" if stage in ("device", "hooks") else "1"}
+    test_env = {**os.environ, "TORCH_DEVICE_BACKEND_AUTOLOAD": "0" if stage in ("device", "hooks", "runtime") else "1"}
     tests = subprocess.run([str(scratch / "bin" / "python"), "-P", "-m", "pytest", "-q", "-p", "no:cacheprovider",
                             "tests"], cwd=crate, env=test_env, capture_output=True, text=True, timeout=600)
     assert tests.returncode == 0, tests.stdout + tests.stderr

@@ -111,6 +111,8 @@ at::Scalar _local_scalar_dense(const at::Tensor& self) {
 
 const at::Tensor& resize_(const at::Tensor& self, c10::SymIntArrayRef size,
                           std::optional<at::MemoryFormat> memory_format) {
+  // Growing allocates through the storage's allocator, which allocates on the current device.
+  const c10::DeviceGuard guard(self.device());
   return at::native::resize_(self, C10_AS_INTARRAYREF_SLOW(size), memory_format);
 }
 
@@ -136,6 +138,14 @@ at::Tensor& set_source_tensor(at::Tensor& self, const at::Tensor& source) {
   return at::native::set_tensor_(self, source);
 }
 
+// ANCHOR: record_stream
+// tensor.record_stream(s): the caching allocator keeps the tensor's memory from reuse until
+// the work queued on s so far is done.
+void tensor_record_stream(at::Tensor& self, c10::Stream stream) {
+  device_allocator()->recordStream(self.storage().data_ptr(), stream);
+}
+// ANCHOR_END: record_stream
+
 } // namespace
 
 // ANCHOR: register
@@ -155,6 +165,7 @@ void register_ops() {
     ops.impl("set_.source_Storage", TORCH_FN(set_source_storage));
     ops.impl("set_.source_Storage_storage_offset", TORCH_FN(set_storage));
     ops.impl("view", TORCH_FN(view));
+    ops.impl("record_stream", TORCH_FN(tensor_record_stream));
     // View operators only CPU and CUDA register: the fallback would return a copy, not a view.
     ops.impl("view_as_real", TORCH_FN(at::native::view_as_real));
     ops.impl("view_as_complex", TORCH_FN(at::native::view_as_complex));

@@ -6,8 +6,8 @@
 //! file mapped twice: the *device address* handed to PyTorch is mapped with no access, so a
 //! host read or write through it is a segmentation fault, and the runtime keeps a second,
 //! read-write mapping of the same pages (`device_view`) for the work the device itself does.
-//! The full backend (`openreg/runtime/src/memory.rs`) maps one arena per device instead, and
-//! a caching allocator hands out blocks of it.
+//! This is the driver's memory; the caching allocator (`allocator.rs`) sits on top of it. The
+//! full backend (`openreg/runtime/src/memory.rs`) maps one arena per device instead.
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
@@ -16,6 +16,7 @@ use std::sync::Mutex;
 struct Allocation {
     len: usize,
     view: usize,
+    device: i8,
 }
 
 static ALLOCATIONS: Mutex<BTreeMap<usize, Allocation>> = Mutex::new(BTreeMap::new());
@@ -29,8 +30,8 @@ fn os_error(call: &str) -> String {
 }
 
 // ANCHOR: malloc
-/// `size` bytes of device memory (address 0 for 0 bytes, as CUDA's allocator gives).
-pub fn malloc(size: usize) -> Result<usize, String> {
+/// `size` bytes of memory on `device` (address 0 for 0 bytes, as CUDA's allocator gives).
+pub fn malloc(size: usize, device: i8) -> Result<usize, String> {
     if size == 0 {
         return Ok(0);
     }
@@ -45,18 +46,18 @@ pub fn malloc(size: usize) -> Result<usize, String> {
         }
         let map = |protection| libc::mmap(std::ptr::null_mut(), len, protection, libc::MAP_SHARED, fd, 0);
         let resized = libc::ftruncate(fd, len as libc::off_t) == 0;
-        let device = if resized { map(libc::PROT_NONE) } else { libc::MAP_FAILED };
-        let view = if device != libc::MAP_FAILED { map(libc::PROT_READ | libc::PROT_WRITE) } else { libc::MAP_FAILED };
+        let mapped = if resized { map(libc::PROT_NONE) } else { libc::MAP_FAILED };
+        let view = if mapped != libc::MAP_FAILED { map(libc::PROT_READ | libc::PROT_WRITE) } else { libc::MAP_FAILED };
         let error = os_error("mmap");
         libc::close(fd); // the mappings keep the memory
         if view == libc::MAP_FAILED {
-            if device != libc::MAP_FAILED {
-                libc::munmap(device, len);
+            if mapped != libc::MAP_FAILED {
+                libc::munmap(mapped, len);
             }
             return Err(oom(error));
         }
-        allocations().insert(device as usize, Allocation { len, view: view as usize });
-        Ok(device as usize)
+        allocations().insert(mapped as usize, Allocation { len, view: view as usize, device });
+        Ok(mapped as usize)
     }
 }
 
@@ -87,35 +88,11 @@ pub fn device_view(ptr: usize, len: usize) -> Result<*mut u8, String> {
 }
 // ANCHOR_END: device_view
 
-// ANCHOR: copies
-/// The driver's copies: the only way bytes enter or leave device memory.
-pub fn copy_host_to_device(dst: usize, src: &[u8]) -> Result<(), String> {
-    if src.is_empty() {
-        return Ok(());
+/// The device whose memory holds `ptr`.
+pub fn device_of(ptr: usize) -> Result<i8, String> {
+    let allocations = allocations();
+    match allocations.range(..=ptr).next_back() {
+        Some((&start, a)) if ptr < start + a.len => Ok(a.device),
+        _ => Err(format!("openreg: {ptr:#x} is not device memory")),
     }
-    let to = device_view(dst, src.len())?;
-    // SAFETY: `to` is valid for src.len() bytes (checked above) and cannot overlap a host slice.
-    unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), to, src.len()) };
-    Ok(())
 }
-
-pub fn copy_device_to_host(dst: &mut [u8], src: usize) -> Result<(), String> {
-    if dst.is_empty() {
-        return Ok(());
-    }
-    let from = device_view(src, dst.len())?;
-    // SAFETY: as above.
-    unsafe { std::ptr::copy_nonoverlapping(from, dst.as_mut_ptr(), dst.len()) };
-    Ok(())
-}
-
-pub fn copy_device_to_device(dst: usize, src: usize, len: usize) -> Result<(), String> {
-    if len == 0 {
-        return Ok(());
-    }
-    let (to, from) = (device_view(dst, len)?, device_view(src, len)?);
-    // SAFETY: both ranges are checked; `copy` allows them to overlap.
-    unsafe { std::ptr::copy(from, to, len) };
-    Ok(())
-}
-// ANCHOR_END: copies

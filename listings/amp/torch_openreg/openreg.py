@@ -1,4 +1,6 @@
-"""`torch.openreg`: device management and random state."""
+"""`torch.openreg`: device management, streams, memory and random state."""
+
+import torch
 
 import torch_openreg._C as _C
 
@@ -32,6 +34,52 @@ class device:
     def __exit__(self, *exc):
         _C._exchangeDevice(self.prev_idx)
         return False
+
+
+# ANCHOR: streams
+# Streams and events are PyTorch's own torch.Stream and torch.Event, which reach the runtime
+# through the device guard; these are the torch.cuda-style names users look for.
+Stream = torch.Stream
+Event = torch.Event
+
+
+def current_stream(device=None) -> torch.Stream:
+    return torch.accelerator.current_stream(device)
+
+
+def synchronize(device=None) -> None:
+    """Waits for the work queued on every stream of the device."""
+    torch.accelerator.synchronize(device)
+# ANCHOR_END: streams
+
+
+# ANCHOR: memory
+# The caching allocator's statistics, through torch.accelerator's memory API (our allocator
+# is a c10::DeviceAllocator).
+def memory_allocated(device=None) -> int:
+    return torch.accelerator.memory_allocated(device)
+
+
+def max_memory_allocated(device=None) -> int:
+    return torch.accelerator.max_memory_allocated(device)
+
+
+def memory_reserved(device=None) -> int:
+    return torch.accelerator.memory_reserved(device)
+
+
+def reset_peak_memory_stats(device=None) -> None:
+    torch.accelerator.reset_peak_memory_stats(device)
+
+
+def empty_cache() -> None:
+    torch.accelerator.empty_cache()
+
+
+def _sleep(ms: int, device=None) -> None:
+    """Test work: the current stream sleeps for `ms` milliseconds (like torch.cuda._sleep)."""
+    _C._sleep(torch.accelerator.current_device_index() if device is None else device, ms)
+# ANCHOR_END: memory
 
 
 def _lazy_init() -> None:

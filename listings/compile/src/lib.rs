@@ -4,11 +4,15 @@
 use pyo3::exceptions::{PyImportError, PyRuntimeError};
 use pyo3::prelude::*;
 
+mod allocator;
+mod copy;
 mod device;
+mod event;
 mod fallback;
 mod ffi;
 mod kernels;
 mod memory;
+mod stream;
 
 #[pyfunction]
 fn _get_device_count() -> i8 {
@@ -48,6 +52,18 @@ fn _reset_fallback_counts() {
     fallback::reset_fallback_counts()
 }
 
+/// Test work for the current stream of `device`: it sleeps for `ms` milliseconds, like
+/// `torch.cuda._sleep`, so that a test can see work still running.
+#[pyfunction]
+fn _sleep(device: i64, ms: u64) -> PyResult<()> {
+    let device = device::check_device(device).map_err(PyRuntimeError::new_err)?;
+    stream::launch_current(device, Box::new(move || {
+        std::thread::sleep(std::time::Duration::from_millis(ms));
+        Ok(())
+    }))
+    .map_err(PyRuntimeError::new_err)
+}
+
 /// The runtime's address of `len` bytes of device memory at `ptr`, for a kernel launch
 /// (torch_openreg/compile.py): host code is never handed device memory otherwise.
 #[pyfunction]
@@ -65,6 +81,7 @@ fn openreg_c(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(_fallback_counts, m)?)?;
     m.add_function(wrap_pyfunction!(_reset_fallback_counts, m)?)?;
     m.add_function(wrap_pyfunction!(_get_default_generator, m)?)?;
+    m.add_function(wrap_pyfunction!(_sleep, m)?)?;
     m.add_function(wrap_pyfunction!(_device_view, m)?)?;
     Ok(())
 }

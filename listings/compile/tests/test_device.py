@@ -51,3 +51,11 @@ def test_the_host_cannot_touch_device_memory():
     result = subprocess.run([sys.executable, "-P", "-c", touch], capture_output=True, timeout=120)
     assert result.returncode == -signal.SIGSEGV, result.stderr
 # ANCHOR_END: protected
+
+
+def test_memory_a_tensor_grows_into_is_on_its_device():
+    x = torch.empty(0, device="openreg:1")  # the current device stays 0
+    x.resize_(1000)
+    assert x.untyped_storage().device == torch.device("openreg:1")
+    x.fill_(2.0)
+    assert x.cpu().eq(2.0).all()

@@ -191,8 +191,12 @@ def is_cpu(node) -> bool:
 # ANCHOR: launch
 def launch(kernel, *args):
     """Runs a compiled kernel on the device: each openreg tensor argument is replaced by a CPU
-    tensor over the runtime's view of its storage (same sizes, strides and offset). This stage
-    has no streams, so the kernel runs now, on the calling thread."""
+    tensor over the runtime's view of its storage (same sizes, strides and offset). The kernel
+    is a Python-callable binding, which a stream's worker thread cannot call, so it runs here,
+    after the work already queued on the current stream and before any queued after it."""
+    tensors = [a for a in args if isinstance(a, torch.Tensor) and a.device.type == "openreg"]
+    if tensors:
+        torch.accelerator.current_stream(tensors[0].device).synchronize()
     return kernel(*(device_view(a) if isinstance(a, torch.Tensor) and a.device.type == "openreg" else a
                     for a in args))
 

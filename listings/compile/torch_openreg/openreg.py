@@ -1,4 +1,4 @@
-"""`torch.openreg`: device management and random state."""
+"""`torch.openreg`: device management, streams, memory and random state."""
 
 import os
 
@@ -38,10 +38,6 @@ class device:
         return False
 
 
-def synchronize(device=None) -> None:
-    """Waits for the device's work: kernels here run when they are called, so nothing to do."""
-
-
 # ANCHOR: properties
 class _DeviceProperties:
     """What torch.compile reads about a device. Inductor sizes its parallel loops and
@@ -62,6 +58,52 @@ def get_device_properties(device=None) -> _DeviceProperties:
         raise ValueError(f"openreg device index {index} out of range: expected [0, {device_count()})")
     return _DeviceProperties(index)
 # ANCHOR_END: properties
+
+
+# ANCHOR: streams
+# Streams and events are PyTorch's own torch.Stream and torch.Event, which reach the runtime
+# through the device guard; these are the torch.cuda-style names users look for.
+Stream = torch.Stream
+Event = torch.Event
+
+
+def current_stream(device=None) -> torch.Stream:
+    return torch.accelerator.current_stream(device)
+
+
+def synchronize(device=None) -> None:
+    """Waits for the work queued on every stream of the device."""
+    torch.accelerator.synchronize(device)
+# ANCHOR_END: streams
+
+
+# ANCHOR: memory
+# The caching allocator's statistics, through torch.accelerator's memory API (our allocator
+# is a c10::DeviceAllocator).
+def memory_allocated(device=None) -> int:
+    return torch.accelerator.memory_allocated(device)
+
+
+def max_memory_allocated(device=None) -> int:
+    return torch.accelerator.max_memory_allocated(device)
+
+
+def memory_reserved(device=None) -> int:
+    return torch.accelerator.memory_reserved(device)
+
+
+def reset_peak_memory_stats(device=None) -> None:
+    torch.accelerator.reset_peak_memory_stats(device)
+
+
+def empty_cache() -> None:
+    torch.accelerator.empty_cache()
+
+
+def _sleep(ms: int, device=None) -> None:
+    """Test work: the current stream sleeps for `ms` milliseconds (like torch.cuda._sleep)."""
+    _C._sleep(torch.accelerator.current_device_index() if device is None else device, ms)
+# ANCHOR_END: memory
 
 
 def _lazy_init() -> None:

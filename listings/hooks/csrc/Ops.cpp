@@ -111,6 +111,8 @@ at::Scalar _local_scalar_dense(const at::Tensor& self) {
 
 const at::Tensor& resize_(const at::Tensor& self, c10::SymIntArrayRef size,
                           std::optional<at::MemoryFormat> memory_format) {
+  // Growing allocates through the storage's allocator, which allocates on the current device.
+  const c10::DeviceGuard guard(self.device());
   return at::native::resize_(self, C10_AS_INTARRAYREF_SLOW(size), memory_format);
 }
 

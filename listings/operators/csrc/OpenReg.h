@@ -1,6 +1,6 @@
 #pragma once
 
-#include <c10/core/Allocator.h>
+#include <c10/core/CachingDeviceAllocator.h>
 #include <c10/util/Exception.h>
 
 #include "torch-openreg/src/ffi.rs.h"
@@ -20,7 +20,7 @@ decltype(auto) call(F&& f) {
   }
 }
 
-c10::Allocator* device_allocator();
+c10::DeviceAllocator* device_allocator();
 void register_guard();
 void register_ops();
 void register_fallback();

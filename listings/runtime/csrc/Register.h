@@ -1,0 +1,5 @@
+#pragma once
+
+namespace openreg {
+void register_backend();
+} // namespace openreg
