@@ -46,6 +46,16 @@ def built_module() -> Path:
     return next((ROOT / "openreg/python/torch_openreg").glob("_C*.so"))
 
 
+def device_lookups() -> str:
+    """The names torch's Python code looks up on torch.<device>, from the installed sources."""
+    import torch
+
+    sys.path.insert(0, str(ROOT / "book-tests"))
+    import device_lookups as lookups
+
+    return lookups.table(lookups.lookups(Path(torch.__file__).parent))
+
+
 def runpath() -> str:
     text = subprocess.run(["readelf", "-d", str(built_module())], check=True,
                           capture_output=True, text=True).stdout
@@ -363,6 +373,7 @@ def crate_diffs() -> dict:
 OUTPUTS = {
     "reader-install": (reader_install, ["Makefile", "openreg/python/Cargo.toml", "openreg/torch/Cargo.toml",
                                         "openreg/torch/build.rs", "openreg/torch-build/src/lib.rs", "Cargo.toml"]),
+    "device-lookups": (device_lookups, ["book-tests/device_lookups.py", "requirements.txt"]),
     "runpath": (runpath, ["openreg/python/build.rs", "openreg/torch/build.rs",
                           "openreg/torch-build/src/lib.rs"]),
     "bench": (bench, ["bench/bench.py", "openreg/runtime/src/copy.rs", "openreg/runtime/src/memory.rs",

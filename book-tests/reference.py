@@ -52,6 +52,7 @@ CHAPTERS = [
     (f"{PACKAGE}/__init__.py", "autoload.md", "Autoload"),
     ("openreg/python/pyproject.toml", "autoload.md", "Autoload"),
     (f"{PACKAGE}/openreg/random.py", "generator.md", "Generator"),
+    (f"{PACKAGE}/openreg/memory.py", "memory.md", "Memory & allocators"),
     (f"{PACKAGE}/openreg/amp/*", "amp.md", "AMP"),
     (f"{PACKAGE}/openreg/custom_ops.py", "operators.md", "Operators"),
     (f"{PACKAGE}/openreg/profiler.py", "profiler.md", "Profiler"),

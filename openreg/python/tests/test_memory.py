@@ -135,3 +135,22 @@ def test_stress_every_byte_accounted_for():
     for i in range(2):
         stats = torch.accelerator.memory_stats(i)
         assert stats["allocation.all.current"] == stats["allocation.small_pool.current"] + stats["allocation.large_pool.current"]
+
+
+def test_torch_cuda_style_memory_functions_are_the_allocators():
+    """The names device-generic code looks up on torch.<device> (memory trackers, FSDP)."""
+    torch.openreg.synchronize()
+    torch.openreg.empty_cache()
+    assert torch.openreg.memory_reserved() == torch.openreg.memory_allocated()
+    torch.openreg.reset_peak_memory_stats()
+    x = torch.empty(1 << 20, device="openreg")
+    assert torch.openreg.memory_allocated() >= x.nbytes
+    assert torch.openreg.max_memory_allocated() >= x.nbytes
+    assert torch.openreg.memory_reserved() >= torch.openreg.memory_allocated()
+    assert torch.openreg.max_memory_reserved() >= torch.openreg.memory_reserved()
+    stats = torch.openreg.memory_stats()
+    assert stats["allocated_bytes.all.current"] == torch.openreg.memory_allocated()
+    del x
+    torch.openreg.empty_cache()
+    assert torch.openreg.memory_reserved() == torch.openreg.memory_allocated()
+    assert torch.openreg.get_device_name(1) == "OpenReg 1"

@@ -154,6 +154,8 @@ from .random import __all__ as _random_all  # noqa: E402
 from .random import _get_generator  # noqa: E402,F401  (AOTAutograd's graph-safe RNG)
 from .streams import *  # noqa: E402,F403
 from .streams import __all__ as _streams_all  # noqa: E402
+from .memory import *  # noqa: E402,F403
+from .memory import __all__ as _memory_all  # noqa: E402
 from . import _dynamo  # noqa: E402
 from . import distributed  # noqa: E402
 
@@ -183,5 +185,6 @@ __all__ = [
     "synchronize",
     *_random_all,
     *_streams_all,
+    *_memory_all,
     *_legacy_all,
 ]

@@ -45,11 +45,6 @@ def stream(stream: torch.Stream | None):
     return contextlib.nullcontext() if stream is None else stream
 
 
-def memory_allocated(device=None) -> int:
-    """Bytes of device memory held by tensors on ``device``."""
-    return torch.accelerator.memory_allocated(_index(device))
-
-
 @functools.cache
 def _properties(index: int):
     import collections
@@ -65,5 +60,9 @@ def get_device_properties(device=None):
     return _properties(_index(device))
 
 
-__all__ = ["Event", "Stream", "current_stream", "get_device_properties", "memory_allocated",
-           "set_stream", "stream"]
+def get_device_name(device=None) -> str:
+    """``"OpenReg <index>"``."""
+    return get_device_properties(device).name
+
+
+__all__ = ["Event", "Stream", "current_stream", "get_device_name", "get_device_properties", "set_stream", "stream"]
