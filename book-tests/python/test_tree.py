@@ -41,3 +41,4 @@ def test_no_script_directory_shadows_a_standard_module():
     for folder in ["bench", "book-tests", "book-tests/python", "listings"]:
         for path in (ROOT / folder).glob("*.py"):
             assert path.stem not in sys.stdlib_module_names, f"{path.relative_to(ROOT)} shadows a standard module"
+
