@@ -16,7 +16,7 @@ HTML = ROOT / "book" / "html"
 CHROMIUM = os.environ.get("OPENREG_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
 CHAPTERS = ["introduction", "architecture", "device", "hooks", "memory", "streams", "generator",
             "operators", "kernels", "autoload", "frontend", "serialization", "amp",
-            "troubleshooting"]
+            "troubleshooting", "how-built"]
 # Flags for a sandboxed, offline machine running as root.
 FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync"]

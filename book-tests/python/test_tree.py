@@ -1,4 +1,4 @@
-"""The Architecture chapter's map of the source tree names every file of the glue, in the
+"""The appendix's map of the source tree names every file of the glue, in the
 folder it lives in."""
 
 import re
@@ -9,8 +9,8 @@ GLUE = ROOT / "openreg" / "torch"
 
 
 def tree_block() -> str:
-    chapter = (ROOT / "src" / "architecture.md").read_text()
-    section = chapter.split("### The source tree", 1)[1]
+    chapter = (ROOT / "src" / "how-built.md").read_text()
+    section = chapter.split("## The source tree", 1)[1]
     return section.split("```text", 1)[1].split("```", 1)[0]
 
 
@@ -22,7 +22,7 @@ def test_every_glue_file_is_in_the_map():
         if path.is_file() and path.suffix in {".rs", ".cpp", ".h", ".yaml"} and path.name != "tests.rs":
             if path.name not in names:
                 missing.append(str(path.relative_to(ROOT)))
-    assert not missing, f"src/architecture.md: the source tree does not show {missing}"
+    assert not missing, f"src/how-built.md: the source tree does not show {missing}"
 
 
 def test_the_maps_folders_exist():
