@@ -59,3 +59,54 @@ def test_the_readme_gives_the_measured_reader_install_time():
     minutes = numbers.lookup('reader-install "make reader" 1')
     readme = (ROOT / "README.md").read_text()
     assert f"{minutes} in a fresh" in readme, f"README.md should say `make reader` takes {minutes} (generated)"
+
+
+# A comparison about something measured ("faster", "slower", "tracks", "a few milliseconds")
+# is a claim about a table: its paragraph cites the row with a {{#number ...}} placeholder, or
+# it is one of these, which compare nothing measured (with the reason).
+COMPARATIVE = re.compile(r"\b(faster|slower|shines?|far below|tracks|beats?|outperforms?|"
+                         r"a few (?:milli|micro)seconds|at CPU speed)\b", re.I)
+NOT_MEASURED = {
+    "below 1.0 is a kernel faster than the CPU's": "defines which way a ratio reads",
+    "so below 1 is faster": "defines which way a ratio reads",
+    "A step can be slower than all of its operators": "a possibility the bullet explains",
+    "A different PyTorch path is not a slower kernel": "about which path runs, not a speed",
+    "many times slower along a middle dimension": "a pitfall's general lesson",
+}
+
+
+def paragraphs(markdown: str):
+    """(first line number, text) of each prose paragraph, blockquotes included, code left out."""
+    fence, start, lines = None, 0, []
+    for number, line in enumerate(markdown.splitlines(), 1):
+        stripped = line.lstrip("> ").strip()
+        if fence is None and stripped.startswith(("```", "~~~")):
+            fence = stripped[:3]
+        elif fence is not None:
+            fence = None if stripped.startswith(fence) else fence
+            continue
+        if fence is not None or not stripped:
+            if lines:
+                yield start, " ".join(lines)
+            lines = []
+            continue
+        if not lines:
+            start = number
+        lines.append(stripped)
+    if lines:
+        yield start, " ".join(lines)
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS, ids=lambda p: p.name)
+def test_comparisons_of_measurements_cite_a_generated_row(chapter):
+    uncited = [f"{chapter.name}:{line}: {text[:120]}" for line, text in paragraphs(chapter.read_text())
+               if COMPARATIVE.search(text) and "{{#number" not in text
+               and not any(phrase in text for phrase in NOT_MEASURED)]
+    assert not uncited, uncited
+
+
+def test_an_uncited_comparison_is_found_and_a_cited_one_passes():
+    text = ("Compiled, the chain runs faster than eager.\n\n```text\nslower\n```\n\n"
+            "> It takes {{#number bench \".cpu() 64 MiB\" 1}},\n> faster than CPU.\n")
+    found = [t for _, t in paragraphs(text) if COMPARATIVE.search(t) and "{{#number" not in t]
+    assert found == ["Compiled, the chain runs faster than eager."]
