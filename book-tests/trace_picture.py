@@ -8,6 +8,7 @@ Usage: python book-tests/trace_picture.py OUT.svg
 
 import collections
 import json
+import re
 import sys
 import tempfile
 from pathlib import Path
@@ -81,7 +82,7 @@ def svg(trace: dict) -> str:
         out.append(f'<rect x="{left}" y="{y}" width="{width}" height="{height}" fill="#f4f4f4"/>')
         for e in evs:
             x, w = left + (e["ts"] - t0) * scale, max(e.get("dur", 0) * scale, 1.0)
-            name = e["name"].replace("kernels::launch_", "").replace("aten::", "")
+            name = re.sub(r"^\w+::launch_", "", e["name"]).replace("aten::", "")
             out.append(f'<rect x="{x:.1f}" y="{y}" width="{w:.1f}" height="{height}" '
                        f'fill="{COLORS[e["cat"]]}" stroke="white" stroke-width="0.5"><title>{e["name"]} '
                        f'({e.get("dur", 0):.0f} us)</title></rect>')

@@ -122,7 +122,7 @@ def test_keep_graph_instantiate_and_debug_dump(side, tmp_path):
     path = tmp_path / "graph.txt"
     graph.debug_dump(str(path))
     text = path.read_text()
-    assert text.startswith("openreg graph: openreg:0 stream ") and "kernels::launch_matmul" in text
+    assert text.startswith("openreg graph: openreg:0 stream ") and "matmul::launch_matmul" in text
 
 
 # ANCHOR: errors

@@ -115,7 +115,7 @@ def test_kineto_shows_device_work_per_stream_linked_to_its_operators(tmp_path):
     trace = json.loads(path.read_text())  # the trace file parses
     device = device_events(trace)
     names = [e["name"] for e in device]
-    assert "kernels::launch_matmul" in names and "copy::memcpy" in names
+    assert "matmul::launch_matmul" in names and "copy::memcpy" in names
 
     # One row per stream, named after it; the relu ran on the side stream.
     rows = {(e["pid"], e["tid"]) for e in device}
@@ -132,7 +132,7 @@ def test_kineto_shows_device_work_per_stream_linked_to_its_operators(tmp_path):
     ops = {e["args"]["External id"]: e["name"] for e in trace["traceEvents"]
            if e.get("cat") == "cpu_op" and "External id" in e.get("args", {})}
     launched_by = {e["name"]: ops.get(e["args"].get("External id")) for e in device if e["cat"] == "kernel"}
-    assert launched_by["kernels::launch_matmul"] == "aten::mm"
+    assert launched_by["matmul::launch_matmul"] == "aten::mm"
     by_name = {e.key: e for e in prof.key_averages()}
     assert by_name["aten::mm"].device_time_total > 0
     assert "step" in {e["name"] for e in trace["traceEvents"] if e.get("cat") == "user_annotation"}
@@ -163,7 +163,7 @@ def test_kineto_in_a_second_thread_and_bad_activities():
     thread = threading.Thread(target=work)
     thread.start()
     thread.join(timeout=120)
-    assert not thread.is_alive() and "kernels::launch_matmul" in results["names"]
+    assert not thread.is_alive() and "matmul::launch_matmul" in results["names"]
     import pytest
 
     with pytest.raises(TypeError, match="Expected ProfilerActivity"):

@@ -101,11 +101,8 @@ pub unsafe fn memcpy(dst: *mut u8, src: *const u8, len: usize, kind: MemcpyKind)
     }
     // Traced as work of the device's current stream, where CUDA's blocking copies run too.
     match plan.devices.into_iter().flatten().next() {
-        Some(device) if crate::trace::is_on() => {
-            let stream = current_stream(device as i64)?.id();
-            crate::trace::traced(device, stream, move || plan.run())();
-        }
-        _ => plan.run(),
+        Some(device) => crate::stream::run_observed(device, current_stream(device as i64)?.id(), move || plan.run()),
+        None => plan.run(),
     }
     Ok(())
 }

@@ -43,12 +43,6 @@ pub fn exchange_device(index: i64) -> Result<usize> {
 }
 // ANCHOR_END: device
 
-/// Waits until every stream of `device` has finished its work.
-pub fn synchronize_device(index: i64) -> Result<()> {
-    let device = check_device(index)?;
-    crate::stream::synchronize_all(device)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -120,7 +120,7 @@ impl Event {
 
     /// Milliseconds from `self` to `end`, waiting for both to complete.
     pub fn elapsed_time(&self, end: &Event) -> Result<f64> {
-        crate::graph::check_not_capturing("event elapsed_time", None)?;
+        crate::stream::check_may_wait("event elapsed_time", None)?;
         if !self.0.timing || !end.0.timing {
             return Err(Error::TimingDisabled);
         }
@@ -142,6 +142,17 @@ impl Event {
         } else {
             -((t0 - t1).as_secs_f64() * 1e3)
         })
+    }
+}
+
+impl Stream {
+    /// Makes all future work on this stream wait until `event`'s latest record completed.
+    /// Waiting on an event that was never recorded does nothing, as in CUDA.
+    pub fn wait_event(&self, event: &Event) -> Result<()> {
+        match event.pending_record() {
+            None => Ok(()),
+            Some(waiter) => self.launch(waiter),
+        }
     }
 }
 

@@ -1,16 +1,23 @@
 //! Host code that dereferences a device pointer is the simulation of an illegal memory access.
 //! It still ends the process with SIGSEGV, but first says which device allocation was touched
 //! and what to do instead. The handler uses only async-signal-safe calls: no allocation, no
-//! blocking lock, `write(2)` to stderr.
+//! blocking lock, `write(2)` to stderr. It knows nothing of device memory: the memory module
+//! installs it with a function that describes an address.
 
 use std::mem::MaybeUninit;
-use std::sync::Once;
+use std::sync::{Once, OnceLock};
+
+/// What the handler may learn of a faulting address, without blocking: `None` for an address
+/// that is not device memory, else its device and the live allocation `(base, len)` it is in.
+pub(crate) type Describe = fn(addr: usize) -> Option<(usize, Option<(usize, usize)>)>;
+static DESCRIBE: OnceLock<Describe> = OnceLock::new();
 
 static INSTALL: Once = Once::new();
 static mut PREVIOUS: [MaybeUninit<libc::sigaction>; 2] = [MaybeUninit::zeroed(), MaybeUninit::zeroed()];
 const SIGNALS: [libc::c_int; 2] = [libc::SIGSEGV, libc::SIGBUS];
 
-pub(crate) fn install() {
+pub(crate) fn install(describe: Describe) {
+    DESCRIBE.get_or_init(|| describe);
     INSTALL.call_once(|| unsafe {
         // SAFETY: runs once; PREVIOUS is written here before the handler can run.
         for (i, &sig) in SIGNALS.iter().enumerate() {
@@ -27,13 +34,14 @@ pub(crate) fn install() {
 extern "C" fn on_fault(sig: libc::c_int, info: *mut libc::siginfo_t, _ctx: *mut libc::c_void) {
     // SAFETY: the kernel passes a valid siginfo for SA_SIGINFO handlers.
     let addr = unsafe { (*info).si_addr() } as usize;
-    if let Some((device, _, _)) = crate::memory::device_range_of(addr) {
+    // Set before the handler: a read of an initialised OnceLock is one atomic load.
+    if let Some((device, allocation)) = DESCRIBE.get().and_then(|describe| describe(addr)) {
         let mut msg = Message::new();
         msg.push("\nopenreg: illegal memory access: host code touched device memory at ");
         msg.push_hex(addr);
         msg.push(" on openreg:");
         msg.push_dec(device);
-        match crate::memory::try_device_allocation_of(addr) {
+        match allocation {
             Some((base, len)) => {
                 msg.push(", inside the allocation at ");
                 msg.push_hex(base);

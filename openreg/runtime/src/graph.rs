@@ -2,18 +2,20 @@
 //! whole. A replay puts every captured task on the stream's queue at once, with no host work
 //! per task beyond a clone: that is what removes launch overhead.
 //!
-//! Capture is per stream: while a stream captures, [`Stream::launch`] records each task (a
-//! `Clone` closure, so it can run once per replay) instead of queuing it. Operations that
+//! Capture is per stream: a capture is the stream's [`LaunchSink`] while it lasts, so
+//! [`Stream::launch`] hands it each task (a `Clone` closure, so it can run once per replay)
+//! instead of queuing it. Operations that
 //! would wait for work that has not run (synchronising, blocking copies, reading results) are
 //! errors during capture, and invalidate it; which threads they are errors on depends on the
 //! capture mode, as in CUDA.
 
+use std::any::Any;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::ThreadId;
 
 use crate::error::{Error, Result};
-use crate::stream::{Stream, Task};
+use crate::stream::{LaunchSink, Replayable, Stream};
 
 /// Which threads may not make calls that wait for captured work (CUDA's modes).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -24,21 +26,6 @@ pub enum CaptureMode {
     ThreadLocal,
     /// Any thread may, except to wait on the capturing stream itself.
     Relaxed,
-}
-
-/// A captured task: re-runnable because it can be cloned for each replay.
-pub(crate) trait Captured: Send {
-    fn task(&self) -> Task;
-    fn name(&self) -> &'static str;
-}
-
-impl<F: FnOnce() + Clone + Send + 'static> Captured for F {
-    fn task(&self) -> Task {
-        Box::new(self.clone())
-    }
-    fn name(&self) -> &'static str {
-        std::any::type_name::<F>()
-    }
 }
 
 // ANCHOR: prologue
@@ -52,16 +39,29 @@ pub trait ReplayPrologue: Send + Sync {
 }
 // ANCHOR_END: prologue
 
-/// A stream's capture in progress.
-pub(crate) struct Capture {
-    pub(crate) tasks: Vec<Box<dyn Captured>>,
+// ANCHOR: sink
+/// A stream's capture in progress: the stream's sink until `end_capture`.
+struct Capture {
+    tasks: Vec<Box<dyn Replayable>>,
     /// Unique for the process's lifetime (a pool may be shared by several captures).
     id: u64,
     prologues: Vec<Arc<dyn ReplayPrologue>>,
     pool: u64,
     /// Why the capture can no longer succeed (an operation not permitted during capture).
-    pub(crate) invalid: Option<String>,
+    invalid: Option<String>,
 }
+
+impl LaunchSink for Capture {
+    fn take(&mut self, task: Box<dyn Replayable>) {
+        self.tasks.push(task);
+    }
+}
+
+/// The capture installed on `stream`, if its sink is one.
+fn with_capture<R>(stream: &Stream, f: impl FnOnce(Option<&mut Capture>) -> R) -> R {
+    stream.with_sink(|sink| f(sink.as_mut().and_then(|s| (&mut **s as &mut dyn Any).downcast_mut())))
+}
+// ANCHOR_END: sink
 
 /// The captures in progress: (device, stream, mode, capturing thread). Checked by every call
 /// that waits; a count makes the check one atomic load when nothing captures.
@@ -119,7 +119,7 @@ pub fn check_not_capturing(what: &str, stream: Option<Stream>) -> Result<()> {
 pub struct Graph {
     stream: Stream,
     pool: u64,
-    tasks: Vec<Box<dyn Captured>>,
+    tasks: Vec<Box<dyn Replayable>>,
     prologues: Vec<Arc<dyn ReplayPrologue>>,
 }
 
@@ -138,8 +138,9 @@ impl Stream {
             )));
         }
         let pool = if pool == 0 { new_pool() } else { pool };
-        self.with_capture(|capture| {
-            if capture.is_some() {
+        crate::stream::set_wait_check(check_not_capturing);
+        self.with_sink(|sink| {
+            if sink.is_some() {
                 return Err(Error::Capture(format!(
                     "openreg:{} stream {} is already capturing: end that capture first",
                     self.device(),
@@ -147,7 +148,7 @@ impl Stream {
                 )));
             }
             let id = NEXT_CAPTURE.fetch_add(1, Ordering::Relaxed);
-            *capture = Some(Capture { tasks: Vec::new(), id, prologues: Vec::new(), pool, invalid: None });
+            *sink = Some(Box::new(Capture { tasks: Vec::new(), id, prologues: Vec::new(), pool, invalid: None }));
             Ok(())
         })?;
         active().push((self.device(), self.id(), mode, std::thread::current().id()));
@@ -157,13 +158,18 @@ impl Stream {
 
     /// Ends the capture and returns what it recorded.
     pub fn end_capture(&self) -> Result<Graph> {
-        let capture = self.with_capture(|capture| capture.take()).ok_or_else(|| {
+        let not_capturing = || {
             Error::Capture(format!(
                 "openreg:{} stream {} is not capturing: call capture_begin first",
                 self.device(),
                 self.id()
             ))
-        })?;
+        };
+        let sink = self.with_sink(|sink| {
+            // Only a capture's sink is taken.
+            if sink.as_mut().is_some_and(|s| (&mut **s as &mut dyn Any).is::<Capture>()) { sink.take() } else { None }
+        });
+        let capture = (sink.ok_or_else(not_capturing)? as Box<dyn Any>).downcast::<Capture>().map_err(|_| not_capturing())?;
         let mut list = active();
         if let Some(i) = list.iter().position(|&(d, id, _, _)| d == self.device() && id == self.id()) {
             list.remove(i);
@@ -179,13 +185,13 @@ impl Stream {
 
     /// The id of this stream's capture in progress, if any.
     pub fn capture_id(&self) -> Option<u64> {
-        self.with_capture(|capture| capture.as_ref().map(|c| c.id))
+        with_capture(self, |capture| capture.map(|c| c.id))
     }
 
     /// Registers `prologue` with this stream's capture: every replay of the graph queues its
     /// task first. An error if the stream is not capturing.
     pub fn add_replay_prologue(&self, prologue: Arc<dyn ReplayPrologue>) -> Result<()> {
-        self.with_capture(|capture| match capture {
+        with_capture(self, |capture| match capture {
             Some(c) => {
                 c.prologues.push(prologue);
                 Ok(())
@@ -200,11 +206,11 @@ impl Stream {
 
     /// The memory pool of this stream's capture in progress, if any.
     pub fn capture_pool(&self) -> Option<u64> {
-        self.with_capture(|capture| capture.as_ref().map(|c| c.pool))
+        with_capture(self, |capture| capture.map(|c| c.pool))
     }
 
     fn invalidate_capture(&self, why: &str) {
-        self.with_capture(|capture| {
+        with_capture(self, |capture| {
             if let Some(c) = capture {
                 c.invalid.get_or_insert_with(|| why.to_owned());
             }
@@ -225,13 +231,9 @@ impl Graph {
             });
         }
         let prologues = self.prologues.iter().map(|p| p.clone().prologue());
-        if crate::trace::is_on() {
-            let (device, id) = (stream.device(), stream.id());
-            return stream.enqueue_all(prologues.chain(
-                self.tasks.iter().map(|t| crate::trace::traced_task(t.name(), device, id, t.task())),
-            ));
-        }
-        stream.enqueue_all(prologues.chain(self.tasks.iter().map(|t| t.task())))
+        let (device, id) = (stream.device(), stream.id());
+        let tasks = self.tasks.iter().map(|t| crate::stream::observed_task(t.name(), device, id, t.task()));
+        stream.enqueue_all(prologues.chain(tasks))
     }
     // ANCHOR_END: replay
 

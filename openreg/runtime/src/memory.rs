@@ -143,7 +143,7 @@ impl Arena {
             }
             let mut state = ArenaState::default();
             state.insert_free(0, capacity);
-            crate::fault::install();
+            crate::fault::install(describe_for_fault);
             crate::fork::mark_initialised();
             Ok(Arena {
                 device,
@@ -343,13 +343,17 @@ pub(crate) fn device_allocation_of(addr: usize) -> Option<(usize, usize, usize)>
     Some((device, base + start, len))
 }
 
-/// Like [`device_allocation_of`] but never blocks: for the fault handler.
-pub(crate) fn try_device_allocation_of(addr: usize) -> Option<(usize, usize)> {
+/// Like [`device_allocation_of`] but never blocks: for the fault handler (fault.rs), which
+/// gets the device even when the allocation cannot be looked up.
+fn describe_for_fault(addr: usize) -> Option<(usize, Option<(usize, usize)>)> {
     let (device, base, _) = device_range_of(addr)?;
-    let arena = ARENAS[device].get()?.as_ref().ok()?;
-    let state = arena.state.try_lock().ok()?;
-    let (start, len) = Arena::find_live(&state, addr - base)?;
-    Some((base + start, len))
+    let allocation = (|| {
+        let arena = ARENAS[device].get()?.as_ref().ok()?;
+        let state = arena.state.try_lock().ok()?;
+        let (start, len) = Arena::find_live(&state, addr - base)?;
+        Some((base + start, len))
+    })();
+    Some((device, allocation))
 }
 
 #[cfg(test)]

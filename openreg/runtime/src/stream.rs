@@ -3,10 +3,16 @@
 //! Stream ids are per device: id 0 is the device's default stream, new streams get the next
 //! id. Streams live as long as the process (PyTorch copies `(device, id)` pairs around freely),
 //! but an idle stream's worker thread exits and is started again by the next launch.
+//!
+//! Streams sit under the modules that extend them: a capture (graph.rs) takes a stream's
+//! launches through [`LaunchSink`], a profiler's trace (trace.rs) watches tasks through
+//! [`Observer`], and calls that wait ask [`check_may_wait`]. Streams know none of them.
 
+use std::any::Any;
 use std::cell::Cell;
 use std::collections::VecDeque;
 use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard, OnceLock, RwLock};
 use std::time::{Duration, Instant};
 
@@ -26,7 +32,7 @@ const WORKER_IDLE: Duration = Duration::from_secs(2);
 /// most kernels take, and a training step waits for its stream several times.
 const POLL: Duration = Duration::from_micros(200);
 
-pub(crate) type Task = Box<dyn FnOnce() + Send + 'static>;
+pub type Task = Box<dyn FnOnce() + Send + 'static>;
 
 // ANCHOR: stream
 /// A handle to a stream. Streams live as long as the process, so a handle is a reference.
@@ -56,10 +62,106 @@ struct Queue {
     synchronizers: usize,
     /// The first failure since the last synchronize, reported by it.
     error: Option<(String, FailureClass)>,
-    /// A capture in progress (graph.rs): launches are recorded here instead.
-    capture: Option<crate::graph::Capture>,
+    /// Where launches go instead of the queue while something takes them (a capture).
+    sink: Option<Box<dyn LaunchSink>>,
 }
 // ANCHOR_END: stream
+
+// ANCHOR: hooks
+/// A launched task that can run again: a clone runs at each replay of a capture.
+pub trait Replayable: Send {
+    fn task(&self) -> Task;
+    /// The closure's type name, which names the function that launched it.
+    fn name(&self) -> &'static str;
+}
+
+impl<F: FnOnce() + Clone + Send + 'static> Replayable for F {
+    fn task(&self) -> Task {
+        Box::new(self.clone())
+    }
+    fn name(&self) -> &'static str {
+        std::any::type_name::<F>()
+    }
+}
+
+/// Takes a stream's launches in place of its queue while installed ([`Stream::with_sink`]):
+/// a capture records them to replay later.
+pub trait LaunchSink: Any + Send {
+    fn take(&mut self, task: Box<dyn Replayable>);
+}
+
+/// Watches the tasks streams run, for profilers ([`set_observer`]).
+pub trait Observer: Sync {
+    /// On the launching thread: what to hand to [`Observer::run`] (a correlation id).
+    fn launched(&self) -> u64;
+    /// On the stream's worker: runs `task` (launched as `name` with `launch`), observing it.
+    fn run(&self, task: &mut dyn FnMut(), name: &'static str, device: usize, stream: u64, launch: u64);
+}
+
+/// Asked by every call that waits for a stream's work ([`set_wait_check`]): an error refuses
+/// the wait (a capture forbids waiting for work that has not run).
+pub type WaitCheck = fn(what: &str, stream: Option<Stream>) -> Result<()>;
+// ANCHOR_END: hooks
+
+static OBSERVING: AtomicBool = AtomicBool::new(false);
+static OBSERVER: RwLock<Option<&'static dyn Observer>> = RwLock::new(None);
+static WAIT_CHECK: OnceLock<WaitCheck> = OnceLock::new();
+
+/// Installs (or with `None`, removes) the observer of every stream's tasks.
+pub fn set_observer(observer: Option<&'static dyn Observer>) {
+    *OBSERVER.write().unwrap_or_else(|e| e.into_inner()) = observer;
+    OBSERVING.store(observer.is_some(), Ordering::Release);
+}
+
+fn observer() -> Option<&'static dyn Observer> {
+    // One relaxed load on every launch while nothing observes.
+    if !OBSERVING.load(Ordering::Relaxed) {
+        return None;
+    }
+    *OBSERVER.read().unwrap_or_else(|e| e.into_inner())
+}
+
+/// `task`, wrapped so that `observer` sees it run; the wrapper stays `Clone` (capturable).
+pub(crate) fn observed<F: FnOnce() + Clone + Send + 'static>(
+    observer: &'static dyn Observer,
+    device: usize,
+    stream: u64,
+    task: F,
+) -> impl FnOnce() + Clone + Send + 'static {
+    let (name, launch) = (std::any::type_name::<F>(), observer.launched());
+    move || {
+        let mut task = Some(task);
+        observer.run(&mut || task.take().into_iter().for_each(|t| t()), name, device, stream, launch)
+    }
+}
+
+/// A replayed task (`name`: its [`Replayable::name`]), wrapped for the observer if one is on.
+pub(crate) fn observed_task(name: &'static str, device: usize, stream: u64, task: Task) -> Task {
+    let Some(observer) = observer() else { return task };
+    Box::new(move || {
+        let mut task = Some(task);
+        observer.run(&mut || task.take().into_iter().for_each(|t| t()), name, device, stream, 0)
+    })
+}
+
+/// Runs `task` on the calling thread as work of `(device, stream)`, observed if one observes
+/// (a blocking copy, which runs where CUDA's run: on the current stream).
+pub(crate) fn run_observed<F: FnOnce() + Clone + Send + 'static>(device: usize, stream: u64, task: F) {
+    match observer() {
+        Some(observer) => observed(observer, device, stream, task)(),
+        None => task(),
+    }
+}
+
+/// Installs the check every waiting call makes; the first one installed stays.
+pub fn set_wait_check(check: WaitCheck) {
+    WAIT_CHECK.get_or_init(|| check);
+}
+
+/// Asks the installed [`WaitCheck`] whether `what` may wait (for `stream`'s work, if given).
+pub fn check_may_wait(what: &str, stream: Option<Stream>) -> Result<()> {
+    WAIT_CHECK.get().map_or(Ok(()), |check| check(what, stream))
+}
 
 static STREAMS: [RwLock<Vec<Stream>>; DEVICE_COUNT] = [const { RwLock::new(Vec::new()) }; DEVICE_COUNT];
 /// Each device's default stream, also reachable without the registry's lock.
@@ -139,8 +241,9 @@ pub fn set_current_stream(stream: &Stream) -> Stream {
 }
 // ANCHOR_END: streams_api
 
-/// Waits for every stream of `device`.
-pub(crate) fn synchronize_all(device: usize) -> Result<()> {
+/// Waits until every stream of `device` has finished its work.
+pub fn synchronize_device(index: i64) -> Result<()> {
+    let device = check_device(index)?;
     let streams: Vec<Stream> = registry(device).read().unwrap_or_else(|e| e.into_inner()).clone();
     let mut first_error = Ok(());
     for s in &streams {
@@ -187,11 +290,11 @@ impl Stream {
     // ANCHOR: launch
     /// Enqueues `task`; it runs on this stream's worker after everything enqueued before it.
     /// A panic inside `task` is caught and reported by the next [`Stream::synchronize`].
-    /// While the stream captures (graph.rs), the task is recorded instead: it must be `Clone`
-    /// so that each replay can run it again.
+    /// While a [`LaunchSink`] is installed the sink takes the task instead: it must be
+    /// `Clone` so that a replay can run it again.
     pub fn launch(&self, task: impl FnOnce() + Clone + Send + 'static) -> Result<()> {
-        if crate::trace::is_on() {
-            return self.submit(crate::trace::traced(self.0.device, self.0.id, task));
+        if let Some(observer) = observer() {
+            return self.submit(observed(observer, self.0.device, self.0.id, task));
         }
         self.submit(task)
     }
@@ -200,18 +303,19 @@ impl Stream {
         crate::fork::check_not_forked()?;
         crate::fork::mark_initialised();
         let mut q = self.lock();
-        if let Some(capture) = q.capture.as_mut() {
-            capture.tasks.push(Box::new(task));
+        if let Some(sink) = q.sink.as_mut() {
+            sink.take(Box::new(task));
             return Ok(());
         }
         self.push(q, std::iter::once(Box::new(task) as Task))
     }
 
-    /// Enqueues `tasks` in order (a graph's replay). Not on a capturing stream.
-    pub(crate) fn enqueue_all(&self, tasks: impl Iterator<Item = Task>) -> Result<()> {
+    /// Enqueues `tasks` in order, under one lock (a graph's replay). Not while a sink takes
+    /// the stream's launches.
+    pub fn enqueue_all(&self, tasks: impl Iterator<Item = Task>) -> Result<()> {
         crate::fork::check_not_forked()?;
         let q = self.lock();
-        if q.capture.is_some() {
+        if q.sink.is_some() {
             return Err(Error::Capture(format!(
                 "openreg:{} stream {} is capturing: a graph cannot be replayed into a capture",
                 self.0.device, self.0.id
@@ -249,23 +353,24 @@ impl Stream {
     }
     // ANCHOR_END: launch
 
-    pub(crate) fn with_capture<R>(&self, f: impl FnOnce(&mut Option<crate::graph::Capture>) -> R) -> R {
-        f(&mut self.lock().capture)
+    /// Runs `f` on the stream's sink slot, under the queue's lock: install, inspect or remove.
+    pub fn with_sink<R>(&self, f: impl FnOnce(&mut Option<Box<dyn LaunchSink>>) -> R) -> R {
+        f(&mut self.lock().sink)
     }
 
     /// Runs `task` on the calling thread at once if the stream is idle, else enqueues it.
     /// Used for markers (event records) and small kernels, which need no thread hop when
     /// nothing is pending: running now, under the queue lock, keeps the stream's order.
     pub fn run_or_launch(&self, task: impl FnOnce() + Clone + Send + 'static) -> Result<()> {
-        if crate::trace::is_on() {
-            return self.run_or_enqueue(crate::trace::traced(self.0.device, self.0.id, task));
+        if let Some(observer) = observer() {
+            return self.run_or_enqueue(observed(observer, self.0.device, self.0.id, task));
         }
         self.run_or_enqueue(task)
     }
 
     fn run_or_enqueue(&self, task: impl FnOnce() + Clone + Send + 'static) -> Result<()> {
         let q = self.lock();
-        if q.submitted == q.completed && q.capture.is_none() {
+        if q.submitted == q.completed && q.sink.is_none() {
             // A panic must not unwind into the caller (C++): report it like a worker would.
             return run_task(task).map_err(|(message, class)| Error::StreamFailed {
                 stream: self.0.id,
@@ -287,7 +392,7 @@ impl Stream {
     /// Blocks until all work enqueued before this call has completed.
     pub fn synchronize(&self) -> Result<()> {
         crate::fork::check_not_forked()?;
-        crate::graph::check_not_capturing("synchronize", Some(*self))?;
+        check_may_wait("synchronize", Some(*self))?;
         let mut q = self.lock();
         let target = q.submitted;
         q = poll(self.0, q, |q| q.completed >= target);
@@ -301,15 +406,6 @@ impl Stream {
             Some((message, class)) => {
                 Err(Error::StreamFailed { stream: self.0.id, device: self.0.device, message, class })
             }
-        }
-    }
-
-    /// Makes all future work on this stream wait until `event`'s latest record completed.
-    /// Waiting on an event that was never recorded does nothing, as in CUDA.
-    pub fn wait_event(&self, event: &crate::event::Event) -> Result<()> {
-        match event.pending_record() {
-            None => Ok(()),
-            Some(waiter) => self.launch(waiter),
         }
     }
 }

@@ -7,6 +7,8 @@ use std::cell::RefCell;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
+use crate::stream::{Observer, set_observer};
+
 /// One annotation; a mark has `end_ns == start_ns`. Times are `CLOCK_MONOTONIC`
 /// nanoseconds, the clock PyTorch's profiler reads (`c10::getTime`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -73,12 +75,14 @@ pub fn start() {
     records().clear();
     activities().clear();
     ON.store(true, Ordering::Release);
+    set_observer(Some(&TRACER));
 }
 
 /// Stops recording and returns the annotations, in the order ranges closed. Activities
 /// stay until [`take_activities`] (work launched before the stop may still be running).
 pub fn stop() -> Vec<Annotation> {
     ON.store(false, Ordering::Release);
+    set_observer(None);
     std::mem::take(&mut *records())
 }
 
@@ -96,16 +100,16 @@ pub fn pop_correlation() {
 }
 
 // ANCHOR: traced
-/// Wraps a task launched on a stream so that it records itself when it runs. Called by the
-/// stream only while a trace is on.
-pub(crate) fn traced<F: FnOnce() + Clone + Send + 'static>(
-    device: usize,
-    stream: u64,
-    task: F,
-) -> impl FnOnce() + Clone + Send + 'static {
-    let (name, kind) = launched_from(std::any::type_name::<F>());
-    let correlation = CORRELATION.with(|c| c.borrow().last().copied().unwrap_or(0));
-    move || {
+/// The streams' observer while a trace is on: it records each task as an activity.
+struct Tracer;
+
+impl Observer for Tracer {
+    fn launched(&self) -> u64 {
+        CORRELATION.with(|c| c.borrow().last().copied().unwrap_or(0))
+    }
+
+    fn run(&self, task: &mut dyn FnMut(), name: &'static str, device: usize, stream: u64, correlation: u64) {
+        let (name, kind) = launched_from(name);
         let start_ns = now_ns();
         task();
         let end_ns = now_ns();
@@ -113,17 +117,7 @@ pub(crate) fn traced<F: FnOnce() + Clone + Send + 'static>(
     }
 }
 
-/// A task of a graph's replay, recorded like a launched one; `type_name` is the captured
-/// closure's.
-pub(crate) fn traced_task(type_name: &'static str, device: usize, stream: u64, task: crate::stream::Task) -> crate::stream::Task {
-    let (name, kind) = launched_from(type_name);
-    Box::new(move || {
-        let start_ns = now_ns();
-        task();
-        let end_ns = now_ns();
-        activities().push(Activity { name, kind, device, stream, start_ns, end_ns, correlation: 0 });
-    })
-}
+static TRACER: Tracer = Tracer;
 
 /// "module::function" of the function that created a task, from the closure's type name
 /// (`crate::module::function::{{closure}}`), and what kind of work that is.
@@ -202,7 +196,7 @@ mod tests {
     #[test]
     fn a_task_is_named_after_the_function_that_launched_it() {
         fn launch_example() -> impl FnOnce() + Send + 'static {
-            traced(1, 7, || {})
+            crate::stream::observed(&TRACER, 1, 7, || {})
         }
         let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
         start();

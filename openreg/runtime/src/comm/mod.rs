@@ -263,7 +263,7 @@ impl Communicator {
     /// Checks `op` and queues it on `stream`; the returned [`Work`] completes when it ran.
     pub fn launch(self: &Arc<Self>, stream: &Stream, op: Op) -> Result<Arc<Work>> {
         self.check(&op)?;
-        crate::graph::check_not_capturing("an occl collective", Some(*stream))?;
+        crate::stream::check_may_wait("an occl collective", Some(*stream))?;
         let mut order = self.lock();
         if let Some(why) = &order.broken {
             return Err(Error::InvalidValue(format!("occl: the communicator was aborted by an earlier failure: {why}")));
