@@ -11,11 +11,27 @@ use crate::runtime::device::{
 };
 use crate::error::last_error_kind;
 use crate::operators::fallback::record_fallback;
-use crate::operators::kernels::{
-    embedding_backward, index_select, launch_abs_f32, launch_amp_unscale, launch_dropout, launch_dropout_at, launch_multinomial, launch_arange, launch_fill_int, launch_arg_extremum, launch_cumsum, launch_triangle, launch_qr, launch_random, launch_randperm, launch_amp_update_scale, launch_convolution, launch_foreach, launch_fused_step,
-    launch_lstm_layer, launch_matmul, launch_attention, launch_loss, launch_norm, launch_pointwise, launch_pool, launch_reduction, launch_rnn_cell, launch_same_shape,
-    launch_softmax, nll_loss_backward, nll_loss_forward,
-};
+use crate::operators::kernels::attention::launch_attention;
+use crate::operators::kernels::conv::launch_convolution;
+use crate::operators::kernels::dropout::{launch_dropout, launch_dropout_at};
+use crate::operators::kernels::elementwise::{launch_abs_f32, launch_pointwise, launch_same_shape};
+use crate::operators::kernels::embedding::{embedding_backward, index_select};
+use crate::operators::kernels::factory::{launch_arange, launch_fill_int};
+use crate::operators::kernels::foreach::launch_foreach;
+use crate::operators::kernels::linalg::launch_qr;
+use crate::operators::kernels::losses::launch_loss;
+use crate::operators::kernels::lstm::launch_lstm_layer;
+use crate::operators::kernels::matmul::launch_matmul;
+use crate::operators::kernels::nll_loss::{nll_loss_backward, nll_loss_forward};
+use crate::operators::kernels::norm::launch_norm;
+use crate::operators::kernels::optim::{launch_amp_unscale, launch_amp_update_scale, launch_fused_step};
+use crate::operators::kernels::pooling::launch_pool;
+use crate::operators::kernels::random::{launch_multinomial, launch_random, launch_randperm};
+use crate::operators::kernels::reduce::launch_reduction;
+use crate::operators::kernels::rnn::launch_rnn_cell;
+use crate::operators::kernels::rows::{launch_arg_extremum, launch_cumsum};
+use crate::operators::kernels::softmax::launch_softmax;
+use crate::operators::kernels::triangle::launch_triangle;
 use crate::operators::kernels::histogram::launch_histc;
 use crate::operators::kernels::indexing::launch_index_put;
 use crate::operators::kernels::sort::launch_sort;
@@ -707,7 +723,7 @@ pub(crate) mod ffi {
             scale_by_freq: bool,
             device: i64,
         ) -> Result<bool>;
-        /// The NLL loss waits for the stream and runs on the calling thread (see operators/kernels.rs).
+        /// The NLL loss waits for the stream and runs on the calling thread (see operators/kernels/nll_loss.rs).
         fn nll_loss_forward(
             args: NllLoss,
             output: Dense,

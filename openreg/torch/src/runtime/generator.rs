@@ -179,6 +179,6 @@ pub(crate) fn generator_reserve(generator: &PhiloxGenerator, increment: u64, dev
 pub(crate) fn generator_host_seed(generator: &PhiloxGenerator, device: i64) -> Result<u64> {
     let PhiloxDraw { seed, offset } = generator_reserve(generator, 4, device)?;
     let column = offset / 4;
-    let w = crate::operators::kernels::philox_block(seed, column);
+    let w = crate::operators::kernels::philox::philox_block(seed, column);
     Ok(u64::from(w[0]) << 32 | u64::from(w[1]))
 }

@@ -4,9 +4,81 @@
 //! heads that share a key/value head (grouped-query attention) are one unit of work, so the
 //! key/value gradients of a group are summed without races.
 
+use openreg_runtime as rt;
+
 use super::dtype::{self, Dtype, write};
-use super::pool;
-use crate::ffi::ffi::AttentionShape;
+use super::thread_pool;
+use super::{launch, view};
+use crate::error::{Failure, Result};
+use crate::ffi::ffi::{AttentionShape, Dense};
+
+/// Launches attention's forward or backward (`kernels/attention.rs`). Every float operand of
+/// one dtype but the float32 log-sum-exp; the mask boolean or of the operands' dtype. False,
+/// having done nothing, if a dtype is not ours.
+pub(crate) fn launch_attention(backward: bool, shape: AttentionShape, operands: &[Dense], mask: Dense, device: i64) -> Result<bool> {
+    let invalid = |what: String| Failure::from(rt::Error::InvalidValue(format!("attention: {what}")));
+    let s = &shape;
+    let dims = [s.batch, s.heads, s.kv_heads, s.query_len, s.key_len, s.head_dim, s.value_dim];
+    if dims.iter().any(|&v| v < 0) || s.kv_heads == 0 || s.heads % s.kv_heads != 0 || s.mask_strides.iter().any(|&v| v < 0) {
+        return Err(invalid(format!("invalid shape {shape:?}")));
+    }
+    let [b, h, hkv, l, n, d, dv] = dims.map(|v| v as usize);
+    let (q, k, v, o, lse) = (b * h * l * d, b * hkv * n * d, b * hkv * n * dv, b * h * l * dv, b * h * l);
+    let sizes: &[usize] = if backward { &[q, k, v, o, q, k, v, o, lse] } else { &[o, lse, q, k, v] };
+    // Inputs read at strides, as [batch, heads, rows, width]: which stride triple, and the shape.
+    let strided = |i: usize| -> Option<(usize, [usize; 4])> {
+        match (backward, i) {
+            (false, 2) | (true, 4) => Some((0, [b, h, l, d])),
+            (false, 3) | (true, 5) => Some((1, [b, hkv, n, d])),
+            (false, 4) | (true, 6) => Some((2, [b, hkv, n, dv])),
+            (true, 3) => Some((3, [b, h, l, dv])),
+            (true, 7) => Some((4, [b, h, l, dv])),
+            _ => None,
+        }
+    };
+    let lse_at = if backward { 8 } else { 1 };
+    if operands.len() != sizes.len() {
+        return Err(invalid(format!("{} operands expected, got {}", sizes.len(), operands.len())));
+    }
+    let Some(dtype) = Dtype::from_code(operands[0].dtype) else { return Ok(false) };
+    let mut slots = Vec::with_capacity(sizes.len());
+    for (i, (t, &size)) in operands.iter().zip(sizes).enumerate() {
+        let want = if i == lse_at { Dtype::Float } else { dtype };
+        if !t.dtype_is(want) {
+            return Ok(false);
+        }
+        if t.numel != size {
+            return Err(invalid(format!("operand {i} has {} elements, {size} expected", t.numel)));
+        }
+        let extent = match strided(i) {
+            // The last element the strides reach, plus one.
+            Some((which, shape)) if size > 0 => {
+                let st = &s.input_strides[which * 3..which * 3 + 3];
+                if st.iter().any(|&v| v < 0) {
+                    return Err(invalid(format!("negative strides {st:?}")));
+                }
+                shape[..3].iter().zip(st).map(|(&n, &st)| (n - 1) * st as usize).sum::<usize>() + shape[3]
+            }
+            _ => size,
+        };
+        slots.push((view(t.data, extent * want.size(), &[t.storage, t.storage_len])?, want));
+    }
+    let mask = if mask.data == 0 {
+        None
+    } else {
+        let Some(mt) = Dtype::elementwise(mask.dtype).filter(|&m| m == Dtype::Bool || m == dtype) else { return Ok(false) };
+        // The last element the strides reach, over [batch, heads, query_len, key_len].
+        let extent = [b, h, l, n].iter().zip(s.mask_strides).map(|(&size, st)| size.saturating_sub(1) * st as usize).sum::<usize>() + 1;
+        let empty = b * h * l * n == 0;
+        Some((if empty { 0 } else { view(mask.data, extent * mt.size(), &[mask.storage, mask.storage_len])? }, mt))
+    };
+    if o == 0 && (!backward || k + v == 0) {
+        return Ok(true);
+    }
+    let work = Attention { shape, slots, mask };
+    launch(device, q + k + v + o, move || work.run(backward))?;
+    Ok(true)
+}
 
 /// An operand: runtime address and dtype.
 pub(crate) type Slot = (usize, Dtype);
@@ -100,9 +172,9 @@ impl Attention {
         let units = batch * kv_heads;
         // Multiply-adds per unit: the group's scores and products (the backward does about twice).
         let per_unit = heads / kv_heads.max(1) * rows.max(1) * keys.max(1) * (d + dv);
-        let parts = pool::threads().min((units * per_unit).div_ceil(1 << 15)).min(units).max(1);
-        pool::run(parts, |p| {
-            for unit in pool::share(p, parts, units) {
+        let parts = thread_pool::threads().min((units * per_unit).div_ceil(1 << 15)).min(units).max(1);
+        thread_pool::run(parts, |p| {
+            for unit in thread_pool::share(p, parts, units) {
                 // SAFETY: a unit writes only its own heads' rows (and its key/value head's
                 // gradients); the launch checked every operand's size.
                 unsafe {

@@ -9,9 +9,43 @@
 use std::ops::Range;
 use std::sync::Mutex;
 
+use openreg_runtime as rt;
+
+use super::dtype::Dtype;
 use super::matmul::{View, dot_rows, gemm_f32, prefer_dot_rows};
-use super::pool;
-use crate::ffi::ffi::{Conv, ConvShape};
+use super::thread_pool;
+use super::{launch, dense};
+use crate::error::{Failure, Result};
+use crate::ffi::ffi::{Conv, ConvShape, Dense};
+
+// ANCHOR: launch_convolution
+/// Launches one pass of a convolution over contiguous float32 operands, each checked to hold
+/// the elements `shape` gives it (`bias`: address 0 when there is none).
+pub(crate) fn launch_convolution(
+    op: Conv, shape: ConvShape, input: Dense, output: Dense, weight: Dense, bias: Dense, device: i64,
+) -> Result<()> {
+    let invalid = |what: String| Failure::from(rt::Error::InvalidValue(format!("convolution: {what}")));
+    let g = Geometry::new(&shape).ok_or_else(|| invalid(format!("invalid shape {shape:?}")))?;
+    let (cin, cout) = (g.groups * g.in_channels, g.groups * g.out_channels);
+    let mut operands = vec![
+        ("input", input, g.batch * cin * g.pixels()),
+        ("output", output, g.batch * cout * g.positions()),
+        ("weight", weight, cout * g.rows()),
+    ];
+    if bias.data != 0 {
+        operands.push(("bias", bias, cout));
+    }
+    let mut at = [0usize; 4];
+    for (k, (name, t, numel)) in operands.into_iter().enumerate() {
+        if Dtype::from_code(t.dtype) != Some(Dtype::Float) || t.numel != numel {
+            return Err(invalid(format!("{name} must be {numel} float32 elements, got {} of dtype code {}", t.numel, t.dtype)));
+        }
+        at[k] = dense(&t, Dtype::Float)?;
+    }
+    let work = Convolution { op, geometry: g, input: at[0], output: at[1], weight: at[2], bias: at[3] };
+    launch(device, g.batch * cout * g.positions() * g.rows(), move || work.run())
+}
+// ANCHOR_END: launch_convolution
 
 /// The shape of one convolution, counts per group.
 #[derive(Debug, Clone, Copy)]
@@ -394,7 +428,7 @@ fn scratch(len: usize) -> Vec<f32> {
 fn keep(buffer: Vec<f32>) {
     if buffer.len() <= 1 << 22 {
         let mut kept = SCRATCH.lock().unwrap_or_else(|e| e.into_inner());
-        if kept.len() < 2 * pool::threads() {
+        if kept.len() < 2 * thread_pool::threads() {
             kept.push(buffer);
         }
     }
@@ -408,8 +442,8 @@ impl Convolution {
     pub(crate) fn run(&self) {
         let g = self.geometry;
         // Enough samples: one per thread, each with its own column matrix. Fewer: one at a
-        // time, each product split over the threads (a nested pool::run runs alone).
-        let parts = if g.batch >= pool::threads() { pool::threads() } else { 1 };
+        // time, each product split over the threads (a nested thread_pool::run runs alone).
+        let parts = if g.batch >= thread_pool::threads() { thread_pool::threads() } else { 1 };
         if self.winograd() {
             return self.winograd_forward(parts);
         }
@@ -418,9 +452,9 @@ impl Convolution {
         }
         match self.op {
             Conv::BackwardWeight => self.weight_gradient(parts),
-            _ => pool::run(parts, |p| {
+            _ => thread_pool::run(parts, |p| {
                 let mut columns = Vec::new();
-                for n in pool::share(p, parts, g.batch) {
+                for n in thread_pool::share(p, parts, g.batch) {
                     for group in 0..g.groups {
                         // SAFETY: the launch checked every operand's size against the geometry;
                         // parts own disjoint samples.
@@ -502,11 +536,11 @@ impl Convolution {
         // Fewer samples than threads: each sample's three steps are spread over the threads
         // instead (input channels, the 16 products, output channels). Split inside `gemm`, the
         // products were 16 hand-offs per sample, and the transforms ran on one thread.
-        let threads = if parts == 1 { pool::threads() } else { 1 };
-        pool::run(parts, |p| {
+        let threads = if parts == 1 { thread_pool::threads() } else { 1 };
+        thread_pool::run(parts, |p| {
             let (mut v_buffer, mut m_buffer) = (scratch(16 * cin * tiles), scratch(16 * cout * tiles));
             let (v, m) = (&mut v_buffer[..16 * cin * tiles], &mut m_buffer[..16 * cout * tiles]);
-            for n in pool::share(p, parts, g.batch) {
+            for n in thread_pool::share(p, parts, g.batch) {
                 for group in 0..g.groups {
                     let sample = n * g.groups + group;
                     // SAFETY: as in `sample`; parts own disjoint samples.
@@ -516,20 +550,20 @@ impl Convolution {
                     for matrix in v.chunks_exact_mut(cin * tiles) {
                         let mut rest = matrix;
                         for (t, rows) in rows.iter_mut().enumerate() {
-                            let (mine, others) = rest.split_at_mut(pool::share(t, threads, cin).len() * tiles);
+                            let (mine, others) = rest.split_at_mut(thread_pool::share(t, threads, cin).len() * tiles);
                             rows.push(mine);
                             rest = others;
                         }
                     }
                     let rows: Vec<Mutex<Vec<&mut [f32]>>> = rows.into_iter().map(Mutex::new).collect();
-                    pool::run(threads, |t| {
+                    thread_pool::run(threads, |t| {
                         let mut rows = rows[t].lock().unwrap_or_else(|e| e.into_inner());
-                        w.inputs(&g, input, pool::share(t, threads, cin), &mut Vec::new(), &mut rows);
+                        w.inputs(&g, input, thread_pool::share(t, threads, cin), &mut Vec::new(), &mut rows);
                     });
                     drop(rows);
                     let at = (m.as_mut_ptr() as usize, v.as_ptr() as usize);
-                    pool::run(threads, |t| {
-                        for xi in pool::share(t, threads, 16) {
+                    thread_pool::run(threads, |t| {
+                        for xi in thread_pool::share(t, threads, 16) {
                             // M[ξ] [cout, tiles] = U[ξ] [cout, cin] @ V[ξ] [cin, tiles]
                             // SAFETY: three distinct buffers of these sizes; threads write distinct M[ξ].
                             unsafe {
@@ -545,13 +579,13 @@ impl Convolution {
                     let mut planes = Vec::with_capacity(threads);
                     let mut rest = out;
                     for t in 0..threads {
-                        let (mine, others) = rest.split_at_mut(pool::share(t, threads, cout).len() * g.positions());
+                        let (mine, others) = rest.split_at_mut(thread_pool::share(t, threads, cout).len() * g.positions());
                         planes.push(Mutex::new(mine));
                         rest = others;
                     }
-                    pool::run(threads, |t| {
+                    thread_pool::run(threads, |t| {
                         let mut planes = planes[t].lock().unwrap_or_else(|e| e.into_inner());
-                        w.outputs(&g, m, bias, pool::share(t, threads, cout).start, &mut Vec::new(), &mut planes);
+                        w.outputs(&g, m, bias, thread_pool::share(t, threads, cout).start, &mut Vec::new(), &mut planes);
                     });
                 }
             }
@@ -609,9 +643,9 @@ impl Convolution {
         let (cin, cout) = (g.in_channels, g.out_channels);
         let size = g.groups * cout * rows;
         let sums: Vec<std::sync::Mutex<Vec<f32>>> = (0..parts).map(|_| Default::default()).collect();
-        pool::run(parts, |p| {
+        thread_pool::run(parts, |p| {
             let (mut columns, mut sum) = (Vec::new(), vec![0.0f32; size]);
-            for n in pool::share(p, parts, g.batch) {
+            for n in thread_pool::share(p, parts, g.batch) {
                 for group in 0..g.groups {
                     // SAFETY: as in `sample`; only read here.
                     let input = unsafe { slice(self.input, (n * g.groups + group) * cin * pixels, cin * pixels) };

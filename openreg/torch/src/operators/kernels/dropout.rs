@@ -4,10 +4,69 @@
 //! with the keep probability, so any part of the tensor is drawn on its own, in parallel, and
 //! a graph replay draws fresh numbers.
 
+use openreg_runtime as rt;
+
 use super::dtype::{self, Dtype};
 use super::elementwise::parallel_min;
 use super::philox::{self, LANES};
+use super::{launch, view, dense};
+use crate::error::Result;
+use crate::ffi::ffi::Dense;
 use crate::runtime::generator::Draw;
+use crate::runtime::generator::PhiloxGenerator;
+
+/// Launches dropout forward (`mask` written, `out = input * mask * scale`, the mask drawn
+/// from `generator`) or backward (`mask` read, `out = grad * mask * scale`) over `n`
+/// contiguous elements; `mask` is bool. False, having done nothing, if a dtype is not
+/// float32, float16 or bfloat16.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn launch_dropout(
+    backward: bool, generator: &PhiloxGenerator, keep: f64, scale: f64, out: Dense, input: Dense, mask: Dense,
+    device: i64,
+) -> Result<bool> {
+    dropout_with(backward, None, generator, keep, scale, out, input, mask, device)
+}
+
+/// [`launch_dropout`]'s forward with the numbers at `seed` and `offset` (fused attention keeps
+/// them and draws the same mask again in its backward, as flash attention does).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn launch_dropout_at(
+    seed: u64, offset: u64, keep: f64, scale: f64, out: Dense, input: Dense, mask: Dense, device: i64,
+) -> Result<bool> {
+    let unused = PhiloxGenerator::unused();
+    dropout_with(false, Some(Draw::Eager { seed, offset }), &unused, keep, scale, out, input, mask, device)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn dropout_with(
+    backward: bool, draw: Option<Draw>, generator: &PhiloxGenerator, keep: f64, scale: f64, out: Dense, input: Dense,
+    mask: Dense, device: i64,
+) -> Result<bool> {
+    const BOOL: i8 = 11; // c10::ScalarType::Bool
+    let (Some(out_dtype), Some(in_dtype)) = (Dtype::from_code(out.dtype), Dtype::from_code(input.dtype)) else {
+        return Ok(false);
+    };
+    let n = out.numel;
+    if input.numel != n || mask.numel != n || mask.dtype != BOOL {
+        return Err(rt::Error::InvalidValue(format!("dropout: {n} elements and a bool mask of as many expected")).into());
+    }
+    let stream = rt::current_stream(device)?;
+    let draw = match draw {
+        Some(draw) => draw,
+        None if backward => Draw::Eager { seed: 0, offset: 0 },
+        None => generator.reserve(4, stream)?,
+    };
+    let work = Dropout {
+        backward, draw, keep: keep as f32, scale: scale as f32, n,
+        out: (dense(&out, out_dtype)?, out_dtype),
+        input: (dense(&input, in_dtype)?, in_dtype),
+        mask: view(mask.data, n, &[mask.storage, mask.storage_len])?,
+    };
+    if n > 0 {
+        launch(device, n, move || work.run())?;
+    }
+    Ok(true)
+}
 
 /// Elements converted to float32 at a time: whole Philox chunks of `LANES` blocks.
 const BLOCK: usize = LANES * 4 * 16;
@@ -28,7 +87,6 @@ pub(crate) struct Dropout {
     /// One byte per element (bool): written forward, read backward.
     pub mask: usize,
 }
-
 
 impl Dropout {
     // ANCHOR: run

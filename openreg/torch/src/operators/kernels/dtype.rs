@@ -6,6 +6,12 @@ use half::{bf16, f16};
 
 use super::integer::Int;
 
+/// `c10::ScalarType::Int`.
+pub(crate) const INT32: i8 = 3;
+
+/// `c10::ScalarType::Long`.
+pub(crate) const INT64: i8 = 4;
+
 /// The `c10::ScalarType` codes the kernels compute in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Dtype {

@@ -3,11 +3,159 @@
 //! dimension is converted to float32 in blocks, computed, and converted back; float32
 //! contiguous runs are read and written in place.
 
+use openreg_runtime as rt;
+use rayon::prelude::*;
 
 use super::dtype::{self, Dtype};
+use super::integer;
 use super::math;
-use super::walk::Layout;
-use crate::ffi::ffi::Pointwise;
+use super::walk::{self, Layout};
+use super::{launch, view, dense};
+use crate::error::Result;
+use crate::ffi::ffi::{Dense, Pointwise};
+
+/// Elements per parallel chunk: below this a kernel runs on the stream's worker alone.
+const CHUNK: usize = 1 << 16;
+
+// ANCHOR: abs
+/// `dst[i] = |src[i]|` for `n` contiguous float32 elements on `device`.
+pub(crate) fn launch_abs_f32(dst: usize, src: usize, n: usize, device: i64) -> Result<()> {
+    if n == 0 {
+        return Ok(()); // empty tensors may have no memory at all
+    }
+    let bytes = n * std::mem::size_of::<f32>();
+    let (dst, src) = (rt::host_view(dst as *const u8, bytes)? as usize, rt::host_view(src as *const u8, bytes)? as usize);
+    let stream = rt::current_stream(device)?;
+    stream.launch(move || {
+        // SAFETY: both ranges were checked to lie in live device allocations, which the
+        // caching allocator does not hand out again before this stream has run this task.
+        let (src, dst) = unsafe {
+            (std::slice::from_raw_parts(src as *const f32, n), std::slice::from_raw_parts_mut(dst as *mut f32, n))
+        };
+        dst.par_chunks_mut(CHUNK).zip(src.par_chunks(CHUNK)).for_each(|(d, s)| {
+            for (d, s) in d.iter_mut().zip(s) {
+                *d = s.abs();
+            }
+        });
+    })?;
+    Ok(())
+}
+// ANCHOR_END: abs
+
+/// True if [`launch_pointwise`] computes `op` with these operand dtypes (output first):
+/// float32, float16 and bfloat16 in any mix (integer and bool inputs read as float32), and
+/// copies of any dtype to the same dtype.
+fn pointwise_supported(op: Pointwise, dtypes: &[i8]) -> bool {
+    let Some(inputs) = arity(op) else { return false };
+    if dtypes.len() != inputs + 1 {
+        return false;
+    }
+    (Dtype::elementwise(dtypes[0]).is_some() && dtypes[1..].iter().all(|&d| Dtype::elementwise_input(d).is_some()))
+        || (op == Pointwise::Copy && dtypes[0] == dtypes[1] && dtype::item_size(dtypes[0]).is_some())
+}
+
+// ANCHOR: launch_pointwise
+/// Launches `op` over TensorIterator-shaped operands: `data`, `dtypes` and the `[operand][dim]`
+/// byte `strides` list the output first; an input whose address is 0 is the CPU scalar
+/// `constants[k]` instead. `scalar` is alpha, the threshold, or the fill value (`scalar2`: a
+/// second one, hardtanh's upper bound). Returns false, having done nothing, if the kernels do
+/// not compute `op` in these dtypes.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn launch_pointwise(
+    op: Pointwise, scalar: f64, scalar2: f64, data: &[usize], storages: &[usize], dtypes: &[i8], constants: &[f64],
+    shape: &[i64], strides: &[i64], device: i64,
+) -> Result<bool> {
+    let storage = |k: usize| storages.get(2 * k..2 * k + 2).unwrap_or(&[]);
+    if arity(op) == dtypes.len().checked_sub(1) && integer::applies(op, dtypes) && data.len() <= walk::MAX_OPERANDS {
+        return integer::launch_integer(op, [scalar, scalar2], data, storages, dtypes, constants, shape, strides, device);
+    }
+    if !pointwise_supported(op, dtypes) || data.len() > walk::MAX_OPERANDS {
+        return Ok(false);
+    }
+    // Contiguous float32 operands, the common case, are one run of memory each.
+    let dense = shape.len() == 1 && strides.iter().all(|&s| s == 4) && !data.contains(&0);
+    if dense && dtypes.iter().all(|&d| Dtype::from_code(d) == Some(Dtype::Float)) {
+        let n = shape[0].max(0) as usize;
+        let mut at = [view(data[0], n * 4, storage(0))?; 4]; // the output stands in for absent inputs
+        for k in 1..data.len() {
+            at[k] = view(data[k], n * 4, storage(k))?;
+        }
+        launch_dense_f32(op, [scalar, scalar2], at, n, device)?;
+        return Ok(true);
+    }
+    let layout = Layout::new(shape, strides, data.len());
+    let n = layout.numel();
+    if n == 0 {
+        return Ok(true);
+    }
+    // A same-dtype copy of a dtype we do not compute in moves raw elements of its size.
+    if Dtype::elementwise(dtypes[0]).is_none() {
+        let size = dtype::item_size(dtypes[0]).unwrap_or(1);
+        let (dst, src) = (view(data[0], layout.extent(0, size), storage(0))?, view(data[1], layout.extent(1, size), storage(1))?);
+        launch(device, n, move || copy_raw(&layout, dst, src, size))?;
+        return Ok(true);
+    }
+    let dtype_of = |k: usize| Dtype::elementwise(dtypes[k]).unwrap_or(Dtype::Float);
+    let out = (view(data[0], layout.extent(0, dtype_of(0).size()), storage(0))?, dtype_of(0));
+    let mut inputs = smallvec::SmallVec::new();
+    for k in 1..data.len() {
+        inputs.push(match data[k] {
+            0 => Source::Constant(constants.get(k).copied().unwrap_or(0.0) as f32),
+            ptr => {
+                let dtype = Dtype::elementwise_input(dtypes[k]).unwrap_or(Dtype::Float);
+                Source::Memory { base: view(ptr, layout.extent(k, dtype.size()), storage(k))?, dtype }
+            }
+        });
+    }
+    let work = Elementwise { op, scalars: [scalar as f32, scalar2 as f32], out, inputs, layout };
+    launch(device, n, move || work.run())?;
+    Ok(true)
+}
+// ANCHOR_END: launch_pointwise
+
+// ANCHOR: launch_same_shape
+/// Launches `op` over contiguous float32 operands of one shape, output first (`b` is not read
+/// by unary operations): the short way that `same_shape` in Structured.h takes without a
+/// TensorIterator. False, having done nothing, if an operand is not float32 or not that size.
+pub(crate) fn launch_same_shape(op: Pointwise, scalar: f64, out: Dense, a: Dense, b: Dense, device: i64) -> Result<bool> {
+    let Some(inputs) = arity(op).filter(|&k| k > 0 && k <= 2) else { return Ok(false) };
+    let operands = &[out, a, b][..=inputs];
+    if operands.iter().any(|t| Dtype::from_code(t.dtype) != Some(Dtype::Float) || t.numel != out.numel) {
+        return Ok(false);
+    }
+    let mut at = [dense(&out, Dtype::Float)?; 4]; // the output stands in for absent inputs
+    for k in 1..operands.len() {
+        at[k] = dense(&operands[k], Dtype::Float)?;
+    }
+    launch_dense_f32(op, [scalar, 0.0], at, out.numel, device)?;
+    Ok(true)
+}
+
+/// Queues `op` over `n` float32 elements at runtime addresses `at`, output first.
+fn launch_dense_f32(op: Pointwise, scalars: [f64; 2], at: [usize; 4], n: usize, device: i64) -> Result<()> {
+    if n == 0 {
+        return Ok(()); // empty tensors may have no memory at all
+    }
+    launch(device, n, move || run_dense_f32(op, scalars.map(|s| s as f32), at, n))
+}
+// ANCHOR_END: launch_same_shape
+
+/// Same-dtype copy of elements of `size` bytes, run by run.
+fn copy_raw(layout: &Layout, dst: usize, src: usize, size: usize) {
+    let (ds, ss) = (layout.strides[0][0], layout.strides[0][1]);
+    layout.walk(0, layout.numel(), |o, len| {
+        for i in 0..len as isize {
+            // SAFETY: both extents were checked against live allocations at launch.
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    (src as isize + o[1] + i * ss) as *const u8,
+                    (dst as isize + o[0] + i * ds) as *mut u8,
+                    size,
+                )
+            };
+        }
+    });
+}
 
 /// Elements converted and computed at a time (the float32 buffers stay in L1).
 pub(crate) const BLOCK: usize = 512;
@@ -16,16 +164,16 @@ const PARALLEL: usize = 1 << 15;
 
 // ANCHOR: parallel
 /// Splits `0..n` into one part per thread (none smaller than [`PARALLEL`]) and runs
-/// `f(start, count)` on each, the first on the calling thread (see `pool.rs`).
+/// `f(start, count)` on each, the first on the calling thread (see `thread_pool.rs`).
 pub(crate) fn parallel(n: usize, f: impl Fn(usize, usize) + Sync) {
     parallel_min(n, PARALLEL, f)
 }
 
 /// [`parallel`] with parts of at least `min` items.
 pub(crate) fn parallel_min(n: usize, min: usize, f: impl Fn(usize, usize) + Sync) {
-    let parts = super::pool::threads().min(n / min.max(1)).max(1);
+    let parts = super::thread_pool::threads().min(n / min.max(1)).max(1);
     let part = n.div_ceil(parts);
-    super::pool::run(parts, |p| {
+    super::thread_pool::run(parts, |p| {
         let start = p * part;
         f(start, part.min(n.saturating_sub(start)));
     });

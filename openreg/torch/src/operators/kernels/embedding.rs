@@ -4,7 +4,75 @@
 //! them (an `IndexError`); every index is checked again here, so a bad one cannot write
 //! outside a tensor.
 
+use openreg_runtime as rt;
+
 use super::dtype::{Dtype, load, store};
+use super::{launch, view, dense};
+use crate::error::{Failure, Result};
+use crate::ffi::ffi::Dense;
+
+/// Host indices as offsets, each checked against `size`.
+fn checked_indices(indices: &[i64], size: usize) -> Result<Vec<usize>> {
+    indices
+        .iter()
+        .map(|&i| usize::try_from(i).ok().filter(|&i| i < size).ok_or_else(|| Failure::index(format!("index {i} is out of range for size {size}"))))
+        .collect()
+}
+
+// ANCHOR: index_select
+/// Launches the row gather of `index_select` over contiguous `[outer, size, inner]` `src` into
+/// `[outer, indices, inner]` `dst` (any dtype: rows are bytes, `item` per element).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn index_select(
+    src: Dense, dst: Dense, item: usize, indices: &[i64], outer: usize, size: usize, inner: usize, device: i64,
+) -> Result<()> {
+    if src.dtype != dst.dtype || item == 0 {
+        return Err(rt::Error::InvalidValue("index_select: operands of one dtype expected".into()).into());
+    }
+    if src.numel != outer * size * inner || dst.numel != outer * indices.len() * inner {
+        return Err(rt::Error::InvalidValue("index_select operands do not match their shapes".into()).into());
+    }
+    let indices = checked_indices(indices, size)?;
+    if dst.numel == 0 {
+        return Ok(());
+    }
+    let work = IndexSelect {
+        src: view(src.data, src.numel * item, &[src.storage, src.storage_len])?,
+        dst: view(dst.data, dst.numel * item, &[dst.storage, dst.storage_len])?,
+        indices, outer, size, inner, item,
+    };
+    launch(device, dst.numel, move || work.run())
+}
+// ANCHOR_END: index_select
+
+/// Launches `embedding_dense_backward` into a `[num_weights, dim]` `grad_weight` from
+/// `[indices, dim]` `grad_output`. False if a dtype is not ours. (`padding_idx` < 0: none.)
+pub(crate) fn embedding_backward(
+    grad_weight: Dense, grad_output: Dense, indices: &[i64], dim: usize, padding_idx: i64, scale_by_freq: bool,
+    device: i64,
+) -> Result<bool> {
+    let (Some(wt), Some(gt)) = (Dtype::from_code(grad_weight.dtype), Dtype::from_code(grad_output.dtype)) else {
+        return Ok(false);
+    };
+    let n = indices.len();
+    let num_weights = if dim > 0 { grad_weight.numel / dim } else { 0 };
+    if grad_output.numel != n * dim || grad_weight.numel != num_weights * dim {
+        return Err(rt::Error::InvalidValue("embedding_dense_backward operands do not match their shapes".into()).into());
+    }
+    if grad_weight.numel == 0 {
+        return Ok(true);
+    }
+    let work = EmbeddingBackward {
+        grad_weight: (dense(&grad_weight, wt)?, wt),
+        grad_output: (dense(&grad_output, gt)?, gt),
+        indices: checked_indices(indices, num_weights)?,
+        num_weights, dim,
+        padding_idx: usize::try_from(padding_idx).ok(),
+        scale_by_freq,
+    };
+    launch(device, grad_output.numel, move || work.run())?;
+    Ok(true)
+}
 
 /// Copies, for each of `outer` blocks, rows `indices` (of `size`) of `inner` elements of
 /// `item` bytes from `src` into consecutive rows of `dst`.

@@ -1,6 +1,37 @@
 //! Tensors filled from a formula rather than from inputs: `arange`'s `start + i * step` and an
 //! integer `fill_`. Models build position ids and masks with them in every step.
 
+use super::{launch, view};
+use crate::error::Result;
+use crate::ffi::ffi::Dense;
+
+/// `arange` into a contiguous `out` (see `arange`). False if `out`'s dtype is not
+/// one the kernel writes.
+pub(crate) fn launch_arange(out: Dense, start: f64, step: f64, istart: i64, istep: i64, device: i64) -> Result<bool> {
+    let size = element_size(out.dtype);
+    if size == 0 || out.dtype == 11 {
+        return Ok(false);
+    }
+    let data = view(out.data, out.numel * size, &[out.storage, out.storage_len])?;
+    let (code, n) = (out.dtype, out.numel);
+    // SAFETY: `data` is the checked view of `out`'s n elements.
+    launch(device, n, move || unsafe { arange(code, data, n, start, step, istart, istep) })?;
+    Ok(true)
+}
+
+/// An integer (or bool) `fill_` of a contiguous `out`. False if `out` is not an integer dtype.
+pub(crate) fn launch_fill_int(out: Dense, value: i64, device: i64) -> Result<bool> {
+    if !matches!(out.dtype, 0..=4 | 11 | 27..=29) {
+        return Ok(false);
+    }
+    let size = element_size(out.dtype);
+    let data = view(out.data, out.numel * size, &[out.storage, out.storage_len])?;
+    let (code, n) = (out.dtype, out.numel);
+    // SAFETY: `data` is the checked view of `out`'s n elements.
+    launch(device, n, move || unsafe { fill_int(code, data, n, value) })?;
+    Ok(true)
+}
+
 /// The size in bytes of an integer or floating-point dtype code (c10::ScalarType); 0 for the
 /// codes these kernels do not write.
 pub(crate) fn element_size(code: i8) -> usize {

@@ -3,12 +3,13 @@
 //! first element (csrc/operators/Indexing.cpp, Gather.cpp); the kernel writes each value at its
 //! offset, in order, so that of two writes to one element the later one stays, as on CPU.
 
+use openreg_runtime as rt;
+
 use super::dtype::{self, Dtype};
 use super::integer::Int;
 use super::{launch, view};
 use crate::error::Result;
 use crate::ffi::ffi::Dense;
-use openreg_runtime as rt;
 
 /// The bytes of one element of a dtype (by its `c10::ScalarType` code) the kernel moves: every
 /// integer, floating and complex type; 0 for any other.

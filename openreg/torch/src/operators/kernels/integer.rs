@@ -5,7 +5,56 @@
 
 use super::elementwise::{BLOCK, parallel};
 use super::walk::{Layout, Offsets};
+use super::{launch, view};
+use crate::error::Result;
 use crate::ffi::ffi::{Pointwise, Reduction};
+
+/// [`launch_pointwise`] for integer operands (kernels/integer.rs), in exact arithmetic. False,
+/// having done nothing, if a scalar it reads is not an integer that float64 holds exactly
+/// (CPU's kernel takes those).
+#[allow(clippy::too_many_arguments)]
+pub(super) fn launch_integer(
+    op: Pointwise, scalars: [f64; 2], data: &[usize], storages: &[usize], dtypes: &[i8], constants: &[f64],
+    shape: &[i64], strides: &[i64], device: i64,
+) -> Result<bool> {
+    const EXACT: f64 = (1u64 << 53) as f64;
+    let exact = |v: f64| v.fract() == 0.0 && v.abs() < EXACT;
+    let constant = |k: usize| constants.get(k).copied().unwrap_or(0.0);
+    // clamp's absent bounds arrive infinite: the integers' ends.
+    let integral = |v: f64| match v {
+        v if op == Pointwise::Clamp && v == f64::NEG_INFINITY => Some(i64::MIN),
+        v if op == Pointwise::Clamp && v == f64::INFINITY => Some(i64::MAX),
+        v => exact(v).then_some(v as i64),
+    };
+    let mut ints = [0i64; 2];
+    for k in 0..scalars_read(op) {
+        match integral(scalars[k]) {
+            Some(v) => ints[k] = v,
+            None => return Ok(false),
+        }
+    }
+    if (1..data.len()).any(|k| data[k] == 0 && !exact(constant(k))) {
+        return Ok(false);
+    }
+    let layout = Layout::new(shape, strides, data.len());
+    let n = layout.numel();
+    if n == 0 {
+        return Ok(true);
+    }
+    let ty = |k: usize| Int::from_code(dtypes[k]).unwrap_or(Int::I64); // applies checked them
+    let storage = |k: usize| storages.get(2 * k..2 * k + 2).unwrap_or(&[]);
+    let out = (view(data[0], layout.extent(0, ty(0).size()), storage(0))?, ty(0));
+    let mut inputs = smallvec::SmallVec::new();
+    for k in 1..data.len() {
+        inputs.push(match data[k] {
+            0 => Source::Constant(ty(k).wrap(constant(k) as i64)),
+            ptr => Source::Memory { base: view(ptr, layout.extent(k, ty(k).size()), storage(k))?, ty: ty(k) },
+        });
+    }
+    let work = Integer { op, scalars: ints, out, inputs, layout };
+    launch(device, n, move || work.run())?;
+    Ok(true)
+}
 
 /// An integer element type (bool included), by its `c10::ScalarType` code.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -4,6 +4,33 @@
 //! the diagonal is left alone: the signs LAPACK's `geqrf` (`dlarfg`) gives, and so CPU's.
 
 use super::elementwise::parallel_min;
+use super::{launch, view};
+use crate::error::Result;
+use crate::ffi::ffi::Dense;
+
+/// QR of `batch` contiguous `m` x `n` matrices (float32 or float64, `dtype`) into `q` and `r`
+/// (contiguous; `q.data` 0 for mode "r"). False if the dtype is not one the kernel takes.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn launch_qr(
+    a: Dense, q: Dense, r: Dense, batch: i64, m: i64, n: i64, complete: bool, device: i64,
+) -> Result<bool> {
+    let f64s = match a.dtype {
+        6 => false,
+        7 => true,
+        _ => return Ok(false),
+    };
+    let size = if f64s { 8 } else { 4 };
+    let [batch, m, n] = [batch, m, n].map(|v| v.max(0) as usize);
+    if batch * m * n == 0 {
+        return Ok(true);
+    }
+    let a = view(a.data, a.numel * size, &[a.storage, a.storage_len])?;
+    let q = if q.data == 0 { 0 } else { view(q.data, q.numel * size, &[q.storage, q.storage_len])? };
+    let r = view(r.data, r.numel * size, &[r.storage, r.storage_len])?;
+    let work = Qr { batch, m, n, complete, f64s, a, q, r };
+    launch(device, batch * m * n * m.min(n), move || work.run())?;
+    Ok(true)
+}
 
 /// `batch` row-major `m` x `n` matrices `a` (float32 or float64: `f64s`) into `q` (`m` x `k`,
 /// or `m` x `m` when `complete`) and `r` (`k` x `n`, or `m` x `n`); `q` is 0 for mode "r".

@@ -7,8 +7,48 @@
 //!
 //! Every operand is a contiguous float32 tensor; time is the outer dimension (`[time, batch, …]`).
 
+use openreg_runtime as rt;
+
+use super::dtype::Dtype;
 use super::math::{sigmoid, tanh};
 use super::matmul::{View, gemm_f32};
+use super::{launch, dense};
+use crate::error::{Failure, Result};
+use crate::ffi::ffi::{Dense, LstmShape};
+
+/// Launches a whole LSTM layer, forward or backward; `operands` in [`FORWARD`]'s or
+/// [`BACKWARD`]'s order, each checked to be float32 of the size `shape` gives it. An
+/// absent input (no bias, no initial state, a gradient that did not reach an output) has
+/// address 0 and reads as zeros; outputs and the saved tensors must be present.
+pub(crate) fn launch_lstm_layer(backward: bool, shape: LstmShape, operands: &[Dense], device: i64) -> Result<()> {
+    let [time, batch, input, hidden] = [shape.time, shape.batch, shape.input, shape.hidden].map(|v| v.max(0) as usize);
+    let shape = Shape { time, batch, input, hidden, reverse: shape.reverse };
+    let (names, optional): (&[&str], &[&str]) = if backward {
+        (&BACKWARD, &["grad_input", "grad_output", "grad_hy", "grad_cy", "hx", "cx"])
+    } else {
+        (&FORWARD, &["b_ih", "b_hh", "hx", "cx"])
+    };
+    let invalid = |what: String| Failure::from(rt::Error::InvalidValue(format!("LSTM layer: {what}")));
+    if operands.len() != names.len() {
+        return Err(invalid(format!("{} operands expected, got {}", names.len(), operands.len())));
+    }
+    if time * batch * hidden == 0 {
+        return Err(invalid(format!("empty sequence, batch or hidden size: {shape:?}")));
+    }
+    let mut at = Vec::with_capacity(names.len());
+    for ((t, name), numel) in operands.iter().zip(names).zip(shape.numels(backward)) {
+        if t.data == 0 && t.numel == 0 && optional.contains(name) {
+            at.push(0);
+            continue;
+        }
+        if Dtype::from_code(t.dtype) != Some(Dtype::Float) || t.numel != numel {
+            return Err(invalid(format!("{name} must be {numel} float32 elements, got {} of dtype code {}", t.numel, t.dtype)));
+        }
+        at.push(dense(t, Dtype::Float)?);
+    }
+    let work = Layer { shape, backward, at };
+    launch(device, time * batch * hidden * 4 * (input + hidden), move || work.run())
+}
 
 /// The operands' roles, in the order C++ passes them (outputs first). `workspace` holds each
 /// step's activated gates `[i f g o]` (`[time, batch, 4 * hidden]`), then each step's cell

@@ -7,7 +7,34 @@ use gemm_common::Parallelism;
 use half::{bf16, f16};
 
 use super::dtype::Dtype;
+use super::{launch, view, unsupported};
+use crate::error::Result;
 use crate::ffi::ffi::Matrix;
+
+/// Launches `out = beta * out + alpha * (a @ b)` over `batch` matrices (see [`Matrix`]).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn launch_matmul(
+    dtype: i8, batch: i64, m: i64, n: i64, k: i64, out: Matrix, a: Matrix, b: Matrix, alpha: f64, beta: f64,
+    device: i64,
+) -> Result<()> {
+    let Some(dt) = Dtype::from_code(dtype) else { return Err(unsupported("matrix products", dtype)) };
+    let [batch, m, n, k] = [batch, m, n, k].map(|v| v.max(0) as usize);
+    if batch == 0 || m == 0 || n == 0 {
+        return Ok(());
+    }
+    let checked = |x: &Matrix, rows: usize, cols: usize| -> Result<Matrix> {
+        let last = (batch - 1) as i64 * x.batch_stride + (rows - 1) as i64 * x.row_stride + (cols - 1) as i64 * x.col_stride;
+        Ok(Matrix { data: view(x.data, (last.max(0) as usize + 1) * dt.size(), &[x.storage, x.storage_len])?, ..*x })
+    };
+    let work = Matmul {
+        dtype: dt, batch, m, n, k,
+        out: checked(&out, m, n)?,
+        a: checked(&a, m, k.max(1))?,
+        b: checked(&b, k.max(1), n)?,
+        alpha, beta,
+    };
+    launch(device, m * n * k.max(1) * batch, move || work.run())
+}
 
 /// Below this many multiply-adds, threads cost more than they save.
 const PARALLEL_WORK: usize = 1 << 18;
@@ -126,12 +153,12 @@ impl Matmul {
     }
 
     fn run_columns(&self) {
-        // Large products are split by columns over the kernel threads (pool.rs), each part a
+        // Large products are split by columns over the kernel threads (thread_pool.rs), each part a
         // single-threaded gemm: gemm's own rayon threads take tens of µs to wake.
-        let parts = if self.m * self.n * self.k >= PARALLEL_WORK { super::pool::threads().min(self.n / 16).max(1) } else { 1 };
+        let parts = if self.m * self.n * self.k >= PARALLEL_WORK { super::thread_pool::threads().min(self.n / 16).max(1) } else { 1 };
         let width = self.n.div_ceil(parts);
         for i in 0..self.batch as isize {
-            super::pool::run(parts, |p| {
+            super::thread_pool::run(parts, |p| {
                 let (first, n) = (p * width, width.min(self.n.saturating_sub(p * width)));
                 if n == 0 {
                     return;
@@ -242,9 +269,9 @@ pub(super) unsafe fn gemm_f32(m: usize, n: usize, k: usize, dst: View, accumulat
         }
         return;
     }
-    let parts = if m * n * k >= PARALLEL_WORK { super::pool::threads().min(n / 16).max(1) } else { 1 };
+    let parts = if m * n * k >= PARALLEL_WORK { super::thread_pool::threads().min(n / 16).max(1) } else { 1 };
     let width = n.div_ceil(parts);
-    super::pool::run(parts, |p| {
+    super::thread_pool::run(parts, |p| {
         let (first, n) = (p * width, width.min(n.saturating_sub(p * width)));
         if n == 0 {
             return;

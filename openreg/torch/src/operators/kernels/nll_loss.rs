@@ -2,8 +2,86 @@
 //! is `[batch, classes]` (or `[classes]` with a 0-d target), `target` holds int64 class
 //! indices. The sums run in float64.
 
-use super::dtype::{self, Dtype};
-use crate::ffi::ffi::NllLoss;
+use openreg_runtime as rt;
+
+use super::dtype::{self, Dtype, INT64};
+use super::{view, dense};
+use crate::error::{Failure, Result};
+use crate::ffi::ffi::{Dense, NllLoss};
+
+// ANCHOR: nll_targets
+/// The class indices of `target`, checked like CPU does (an `IndexError` naming the first bad
+/// one). Reading them needs their values: the loss waits for its stream to finish what it
+/// queued, then computes on the calling thread. (A GPU would check inside the kernel and
+/// report a failure at the next synchronization, as CUDA's device-side asserts do.)
+fn nll_targets(args: &NllLoss, target: &Dense, device: i64) -> Result<Vec<i64>> {
+    rt::current_stream(device)?.synchronize()?;
+    let base = view(target.data, target.numel * 8, &[target.storage, target.storage_len])? as *const i64;
+    // SAFETY: `numel` int64 elements, checked against their allocation; the stream is idle.
+    let targets: Vec<i64> = (0..target.numel).map(|i| unsafe { base.add(i).read_unaligned() }).collect();
+    match invalid_target(args, &targets) {
+        Some(t) => Err(Failure::index(format!("Target {t} is out of bounds."))),
+        None => Ok(targets),
+    }
+}
+// ANCHOR_END: nll_targets
+
+/// Float operands of one dtype and int64 targets, or false (the caller runs CPU's kernel).
+fn nll_supported(float: &[&Dense], weight: &Dense, target: &Dense) -> Option<Dtype> {
+    let dtype = Dtype::from_code(float[0].dtype)?;
+    let same = float.iter().all(|t| t.dtype == float[0].dtype) && (weight.data == 0 || weight.dtype == float[0].dtype);
+    (same && target.dtype == INT64).then_some(dtype)
+}
+
+/// The element counts the loss kernels index by, checked (the meta functions guarantee them;
+/// a mismatch is an error here, never an access outside a tensor).
+fn nll_shapes(args: &NllLoss, targets: usize, by_class: &Dense, by_sample: &Dense, weight: &Dense, total: &Dense) -> Result<()> {
+    let classes = args.classes.max(0) as usize;
+    let samples = if args.per_sample { targets } else { 1 };
+    if by_class.numel != targets * classes
+        || by_sample.numel != samples
+        || total.numel != 1
+        || (weight.data != 0 && weight.numel != classes)
+    {
+        return Err(rt::Error::InvalidValue("nll_loss operands do not match their shapes".into()).into());
+    }
+    Ok(())
+}
+
+/// Runs `f` on the calling thread; a panic becomes an error rather than crossing into C++.
+fn guarded(f: impl FnOnce()) -> Result<bool> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f))
+        .map(|()| true)
+        .map_err(|_| rt::Error::InvalidValue("an openreg loss kernel panicked".into()).into())
+}
+
+/// `nll_loss_forward`: `output` and `total_weight` from `input` and `target` (`weight`'s
+/// address is 0 when there is none). False if the dtypes are not ours.
+pub(crate) fn nll_loss_forward(
+    args: NllLoss, output: Dense, total_weight: Dense, input: Dense, target: Dense, weight: Dense, device: i64,
+) -> Result<bool> {
+    let Some(dt) = nll_supported(&[&input, &output, &total_weight], &weight, &target) else { return Ok(false) };
+    let targets = nll_targets(&args, &target, device)?;
+    nll_shapes(&args, targets.len(), &input, &output, &weight, &total_weight)?;
+    let (output, total_weight, input) = ((dense(&output, dt)?, dt), (dense(&total_weight, dt)?, dt), (dense(&input, dt)?, dt));
+    let weight = if weight.data == 0 { None } else { Some((dense(&weight, dt)?, dt)) };
+    // SAFETY: every operand was checked against its allocation, targets against the classes.
+    guarded(|| unsafe { forward(&args, output, total_weight, input, &targets, weight) })
+}
+
+/// `nll_loss_backward`: `grad_input` from `grad_output`, `target` and `total_weight`.
+pub(crate) fn nll_loss_backward(
+    args: NllLoss, grad_input: Dense, grad_output: Dense, target: Dense, weight: Dense, total_weight: Dense, device: i64,
+) -> Result<bool> {
+    let Some(dt) = nll_supported(&[&grad_input, &grad_output, &total_weight], &weight, &target) else { return Ok(false) };
+    let targets = nll_targets(&args, &target, device)?;
+    nll_shapes(&args, targets.len(), &grad_input, &grad_output, &weight, &total_weight)?;
+    let slot = |t: &Dense| -> Result<Slot> { Ok((dense(t, dt)?, dt)) };
+    let (grad_input, grad_output, total_weight) = (slot(&grad_input)?, slot(&grad_output)?, slot(&total_weight)?);
+    let weight = if weight.data == 0 { None } else { Some(slot(&weight)?) };
+    // SAFETY: as in nll_loss_forward.
+    guarded(|| unsafe { backward(&args, grad_input, grad_output, &targets, weight, total_weight) })
+}
 
 /// `Reduction::Mean` in `at::Reduction` (0 is none, 2 is sum).
 const MEAN: i64 = 1;

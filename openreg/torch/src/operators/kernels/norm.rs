@@ -6,15 +6,68 @@
 //! Statistics are two passes (mean, then the centred sum of squares) with 16 float32 partial
 //! sums, added in float64: as exact as CPU's, and vectorised.
 
+use openreg_runtime as rt;
+
 use super::dtype::{self, Dtype, read, write};
-use super::pool;
-use crate::ffi::ffi::{Norm, NormShape};
+use super::thread_pool;
+use super::{launch, dense};
+use crate::error::{Failure, Result};
+use crate::ffi::ffi::{Dense, Norm, NormShape};
+
+// ANCHOR: launch_norm
+/// Launches a normalization kernel; `operands` in [`operands`]'s order, an absent one
+/// (no weight, a gradient not asked for, batch norm's statistics in eval) with address 0.
+/// False, having done nothing, if a dtype is not float32, float16 or bfloat16, or the batch is
+/// empty (CPU's kernel then says what the statistics of nothing are).
+pub(crate) fn launch_norm(op: Norm, shape: NormShape, operands: &[Dense], device: i64) -> Result<bool> {
+    let invalid = |what: String| Failure::from(rt::Error::InvalidValue(format!("{op:?}: {what}")));
+    let (count, _) = operand_count(op);
+    if operands.len() != count {
+        return Err(invalid(format!("{count} operands expected, got {}", operands.len())));
+    }
+    let [n, c, s, g] = [shape.batch, shape.channels, shape.inner, shape.groups].map(|v| v.max(0) as usize);
+    if g == 0 || c % g != 0 {
+        return Err(invalid(format!("{c} channels do not split into {g} groups")));
+    }
+    let (all, stats) = (n * c * s, if matches!(op, Norm::GroupNorm | Norm::GroupNormBackward) { n * g } else { c });
+    let (sizes, required): (&[usize], &[usize]) = match op {
+        Norm::GroupNorm => (&[all, stats, stats, all, c, c], &[0, 1, 2, 3]),
+        Norm::GroupNormBackward => (&[all, c, c, all, all, stats, stats, c], &[3, 4, 5, 6]),
+        Norm::BatchNorm if shape.training => (&[all, c, c, c, c, all, c, c], &[0, 1, 2, 5]),
+        Norm::BatchNorm => (&[all, c, c, c, c, all, c, c], &[0, 3, 4, 5]),
+        _ if shape.training => (&[all, c, c, all, all, c, c, c, c, c], &[3, 4, 8, 9]),
+        _ => (&[all, c, c, all, all, c, c, c, c, c], &[3, 4, 6, 7]),
+    };
+    if all == 0 {
+        // Nothing to write is done; statistics or gradients of nothing are CPU's to define.
+        return Ok(operands[..operand_count(op).1].iter().all(|t| t.numel == 0));
+    }
+    let mut slots = Vec::with_capacity(count);
+    for (k, t) in operands.iter().enumerate() {
+        if t.data == 0 || (t.numel == 0 && sizes[k] != 0) {
+            if required.contains(&k) {
+                return Err(invalid(format!("operand {k} is required")));
+            }
+            slots.push((0, Dtype::Float));
+            continue;
+        }
+        let Some(dtype) = Dtype::from_code(t.dtype) else { return Ok(false) };
+        if t.numel != sizes[k] {
+            return Err(invalid(format!("operand {k} has {} elements, {} expected", t.numel, sizes[k])));
+        }
+        slots.push((dense(t, dtype)?, dtype));
+    }
+    let work = Normalization { op, shape, slots };
+    launch(device, all, move || work.run())?;
+    Ok(true)
+}
+// ANCHOR_END: launch_norm
 
 /// An operand: runtime address (0: absent) and dtype.
 pub(crate) type Slot = (usize, Dtype);
 
-/// The operands of `op`, outputs first (in C++'s order), and how many are outputs.
-pub(crate) fn operands(op: Norm) -> (usize, usize) {
+/// How many operands `op` takes (outputs first, in C++'s order), and how many are outputs.
+pub(crate) fn operand_count(op: Norm) -> (usize, usize) {
     match op {
         // out, mean, rstd | input, weight, bias
         Norm::GroupNorm => (6, 3),
@@ -128,7 +181,7 @@ impl Normalization {
 
     /// Parts for `items` independent pieces of `size` elements each.
     fn parts(items: usize, size: usize) -> usize {
-        pool::threads().min((items * size).div_ceil(1 << 15)).min(items).max(1)
+        thread_pool::threads().min((items * size).div_ceil(1 << 15)).min(items).max(1)
     }
 
 // ANCHOR: group_norm
@@ -138,9 +191,9 @@ impl Normalization {
         let (weight, bias) = (channels(weight, c, 1.0), channels(bias, c, 0.0));
         let (group, len) = (c / g, c / g * s);
         let parts = Self::parts(n * g, len);
-        pool::run(parts, |p| {
+        thread_pool::run(parts, |p| {
             let (mut sx, mut sy) = (Vec::new(), Vec::new());
-            for r in pool::share(p, parts, n * g) {
+            for r in thread_pool::share(p, parts, n * g) {
                 // SAFETY: rows are disjoint per part; sizes were checked at launch.
                 unsafe {
                     let x = read(input, r * len, len, &mut sx);
@@ -163,13 +216,13 @@ impl Normalization {
         let (group, len) = (c / g, c / g * s);
         let parts = Self::parts(n * g, len);
         let sums: Vec<std::sync::Mutex<(Vec<f64>, Vec<f64>)>> = (0..parts).map(|_| Default::default()).collect();
-        pool::run(parts, |p| {
+        thread_pool::run(parts, |p| {
             let (mut sx, mut sg, mut sy) = (Vec::new(), Vec::new(), Vec::new());
             let (mut gw, mut gb) = (vec![0.0f64; c], vec![0.0f64; c]);
             let (mut xhat, mut dxhat) = (Vec::new(), Vec::new());
             // With a weight per element: float32 sums over this part's rows, added in float64 after.
             let (mut lw, mut lb) = (vec![0.0f32; if s == 1 { c } else { 0 }], vec![0.0f32; if s == 1 { c } else { 0 }]);
-            for r in pool::share(p, parts, n * g) {
+            for r in thread_pool::share(p, parts, n * g) {
                 // SAFETY: as in group_norm.
                 unsafe {
                     let x = read(input, r * len, len, &mut sx);
@@ -268,9 +321,9 @@ impl Normalization {
         let (training, eps, momentum) = (self.shape.training, self.shape.eps, self.shape.momentum as f32);
         let count = n * s;
         let parts = Self::parts(c, count);
-        pool::run(parts, |p| {
+        thread_pool::run(parts, |p| {
             let (mut sx, mut sy) = (Vec::new(), Vec::new());
-            for ch in pool::share(p, parts, c) {
+            for ch in thread_pool::share(p, parts, c) {
                 // SAFETY: channel `ch` of every sample, disjoint per part; checked at launch.
                 unsafe {
                     let (m, invstd) = if training {
@@ -326,9 +379,9 @@ impl Normalization {
         };
         let count = n * s;
         let parts = Self::parts(c, count);
-        pool::run(parts, |p| {
+        thread_pool::run(parts, |p| {
             let (mut sx, mut sg, mut sy) = (Vec::new(), Vec::new(), Vec::new());
-            for ch in pool::share(p, parts, c) {
+            for ch in thread_pool::share(p, parts, c) {
                 let (m, is, w) = (mean[ch], invstd[ch], weight[ch]);
                 // SAFETY: as in batch_norm.
                 unsafe {

@@ -3,9 +3,110 @@
 //! the device (the step count, the gradient scale, found_inf) are read when the kernel runs, on
 //! the stream, as a GPU kernel would: the host never waits for them.
 
-use super::dtype::{Dtype, load, read, store, write};
+use openreg_runtime as rt;
+
+use super::dtype::{Dtype, INT32, load, read, store, write};
 use super::elementwise::BLOCK;
-use crate::ffi::ffi::{Fused, FusedArgs};
+use super::{launch, view, dense};
+use crate::error::Result;
+use crate::ffi::ffi::{Dense, Fused, FusedArgs};
+
+/// The runtime slot of an operand of `numel` elements of our dtypes (address 0 when absent
+/// and allowed to be); `Ok(None)` for a dtype we do not compute in.
+fn slot(t: &Dense, numel: usize, required: bool, what: &str) -> Result<Option<(usize, Dtype)>> {
+    if t.data == 0 && t.numel == 0 {
+        if required && numel > 0 {
+            return Err(rt::Error::InvalidValue(format!("{what} is required")).into());
+        }
+        return Ok(Some((0, Dtype::Float)));
+    }
+    let Some(dtype) = Dtype::from_code(t.dtype) else { return Ok(None) };
+    if t.numel != numel {
+        return Err(rt::Error::InvalidValue(format!("{what} has {} elements, {numel} expected", t.numel)).into());
+    }
+    Ok(Some((dense(t, dtype)?, dtype)))
+}
+
+/// Launches a fused optimizer step over every parameter. False, having done nothing, if an
+/// operand's dtype is not float32, float16 or bfloat16.
+pub(crate) fn launch_fused_step(
+    kind: Fused, args: FusedArgs, operands: &[Dense], grad_scale: Dense, found_inf: Dense, device: i64,
+) -> Result<bool> {
+    let k = per_param(kind);
+    if operands.len() % k != 0 {
+        return Err(rt::Error::InvalidValue(format!("{kind:?}: {k} operands per parameter expected")).into());
+    }
+    const NAMES: [&str; 6] = ["param", "grad", "exp_avg or momentum_buffer", "exp_avg_sq", "max_exp_avg_sq", "step"];
+    let (mut slots, mut sizes) = (Vec::with_capacity(operands.len()), Vec::new());
+    for ops in operands.chunks_exact(k) {
+        let n = ops[0].numel;
+        for (j, t) in ops.iter().enumerate() {
+            let required = match (kind, j) {
+                (Fused::Sgd, 2) => args.momentum != 0.0,
+                (_, 4) => args.amsgrad,
+                _ => true,
+            };
+            let step = kind != Fused::Sgd && j == 5;
+            let Some(s) = slot(t, if step { 1 } else { n }, required, NAMES[j])? else { return Ok(false) };
+            slots.push(s);
+        }
+        sizes.push(n);
+    }
+    let scalar = |t: &Dense, what| -> Result<Option<(usize, Dtype)>> {
+        if t.data != 0 && !t.dtype_is(Dtype::Float) {
+            return Ok(None);
+        }
+        slot(t, 1, false, what)
+    };
+    let (Some(grad_scale), Some(found_inf)) = (scalar(&grad_scale, "grad_scale")?, scalar(&found_inf, "found_inf")?) else {
+        return Ok(false);
+    };
+    let total = sizes.iter().sum();
+    let work = FusedStep { kind, args, slots, sizes, grad_scale, found_inf };
+    launch(device, total, move || work.run())?;
+    Ok(true)
+}
+
+/// GradScaler's unscale-and-check over `grads`. False if a dtype is not ours.
+pub(crate) fn launch_amp_unscale(grads: &[Dense], found_inf: Dense, inv_scale: Dense, device: i64) -> Result<bool> {
+    if !found_inf.dtype_is(Dtype::Float) || !inv_scale.dtype_is(Dtype::Float) {
+        return Ok(false);
+    }
+    let (Some(found_inf), Some(inv_scale)) = (slot(&found_inf, 1, true, "found_inf")?, slot(&inv_scale, 1, true, "inv_scale")?) else {
+        return Ok(false);
+    };
+    let mut list = Vec::with_capacity(grads.len());
+    for g in grads {
+        let Some(s) = slot(g, g.numel, true, "a gradient")? else { return Ok(false) };
+        if g.numel > 0 {
+            list.push((s, g.numel));
+        }
+    }
+    let total = list.iter().map(|g| g.1).sum();
+    let work = Unscale { grads: list, found_inf, inv_scale };
+    launch(device, total, move || work.run())?;
+    Ok(true)
+}
+
+/// GradScaler's scale update. False if a dtype is not ours.
+pub(crate) fn launch_amp_update_scale(
+    scale: Dense, growth_tracker: Dense, found_inf: Dense, growth: f64, backoff: f64, interval: i64, device: i64,
+) -> Result<bool> {
+    if !scale.dtype_is(Dtype::Float) || !found_inf.dtype_is(Dtype::Float) || growth_tracker.dtype != INT32 {
+        return Ok(false);
+    }
+    let (Some(scale), Some(found_inf)) = (slot(&scale, 1, true, "scale")?, slot(&found_inf, 1, true, "found_inf")?) else {
+        return Ok(false);
+    };
+    if growth_tracker.numel != 1 {
+        return Err(rt::Error::InvalidValue("growth_tracker must hold one element".into()).into());
+    }
+    let tracker = view(growth_tracker.data, 4, &[growth_tracker.storage, growth_tracker.storage_len])?;
+    let interval = i32::try_from(interval).map_err(|_| rt::Error::InvalidValue(format!("growth_interval {interval} is too large")))?;
+    let work = UpdateScale { scale, growth_tracker: tracker, found_inf, growth: growth as f32, backoff: backoff as f32, interval };
+    launch(device, 1, move || work.run())?;
+    Ok(true)
+}
 
 /// An operand: runtime address (0: absent) and dtype.
 pub(crate) type Slot = (usize, Dtype);

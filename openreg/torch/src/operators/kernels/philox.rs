@@ -8,6 +8,12 @@
 //! words first): the group indexes one 128-bit block within a launch, and every launch takes
 //! a fresh offset from the generator (`runtime/generator.rs`).
 
+
+/// Philox block 0 at counter column `column` (a seed for a CPU generator).
+pub(crate) fn philox_block(seed: u64, column: u64) -> [u32; 4] {
+    philox([0, 0, column as u32, (column >> 32) as u32], key(seed))
+}
+
 // ANCHOR: philox
 const M0: u32 = 0xD251_1F53;
 const M1: u32 = 0xCD9E_8D57;

@@ -3,15 +3,65 @@
 //! average pooling, adaptive average and max pooling, and their backwards. Windows, padding and
 //! divisors follow CPU's kernels exactly, NaN included (a NaN wins a max window).
 
-use super::dtype::{Dtype, read, write};
-use super::pool;
-use crate::ffi::ffi::{Pool, PoolShape};
+use openreg_runtime as rt;
+
+use super::dtype::{Dtype, INT64, read, write};
+use super::thread_pool;
+use super::{launch, view};
+use crate::error::{Failure, Result};
+use crate::ffi::ffi::{Dense, Pool, PoolShape};
+
+/// Launches a pooling kernel; `operands` in [`operands`]'s order (indices are int64).
+/// False, having done nothing, if a dtype is not ours or an operand is empty.
+pub(crate) fn launch_pool(op: Pool, shape: PoolShape, operands: &[Dense], device: i64) -> Result<bool> {
+    let invalid = |what: String| Failure::from(rt::Error::InvalidValue(format!("{op:?}: {what}")));
+    if operands.len() != operand_count(op) {
+        return Err(invalid(format!("{} operands expected, got {}", operand_count(op), operands.len())));
+    }
+    let s = &shape;
+    let positive = [s.kernel, s.stride, s.dilation].iter().flatten().all(|&v| v > 0);
+    let sizes = [s.input, s.output].iter().flatten().chain(&s.padding).all(|&v| v >= 0);
+    let adaptive = matches!(op, Pool::AdaptiveAvgForward | Pool::AdaptiveAvgBackward | Pool::AdaptiveMaxForward | Pool::AdaptiveMaxBackward);
+    if s.planes < 0 || !sizes || (!adaptive && !positive) {
+        return Err(invalid(format!("invalid shape {shape:?}")));
+    }
+    let volume = |v: [i64; 3]| v.iter().try_fold(s.planes as usize, |n, &d| n.checked_mul(d as usize));
+    let (Some(input), Some(output)) = (volume(s.input), volume(s.output)) else {
+        return Err(invalid(format!("invalid shape {shape:?}")));
+    };
+    if input == 0 || output == 0 {
+        let outputs = if indices_slot(op) == Some(1) { 2 } else { 1 };
+        return Ok(operands[..outputs].iter().all(|t| t.numel == 0));
+    }
+    let sizes: [usize; 3] = match (is_backward(op), indices_slot(op)) {
+        (false, Some(_)) => [output, output, input],
+        (true, Some(_)) => [input, output, output],
+        (false, None) => [output, input, 0],
+        (true, None) => [input, output, 0],
+    };
+    let indices = indices_slot(op);
+    let mut slots = Vec::with_capacity(operands.len());
+    for (k, t) in operands.iter().enumerate() {
+        let dtype = Dtype::from_code(t.dtype);
+        if (Some(k) == indices && t.dtype != INT64) || (Some(k) != indices && dtype.is_none()) {
+            return Ok(false);
+        }
+        if t.numel != sizes[k] {
+            return Err(invalid(format!("operand {k} has {} elements, {} expected", t.numel, sizes[k])));
+        }
+        let size = dtype.map_or(8, Dtype::size);
+        slots.push((view(t.data, t.numel * size, &[t.storage, t.storage_len])?, dtype));
+    }
+    let work = Pooling { op, shape, slots };
+    launch(device, input + output, move || work.run())?;
+    Ok(true)
+}
 
 /// An operand: runtime address and dtype (`None`: the int64 indices).
 pub(crate) type Slot = (usize, Option<Dtype>);
 
-/// The operands of `op`, output first.
-pub(crate) fn operands(op: Pool) -> usize {
+/// How many operands `op` takes, output first.
+pub(crate) fn operand_count(op: Pool) -> usize {
     match op {
         Pool::MaxForward | Pool::AdaptiveMaxForward => 3,   // out, indices | input
         Pool::MaxBackward | Pool::AdaptiveMaxBackward => 3, // grad_input | grad_out, indices
@@ -93,14 +143,14 @@ impl Pooling {
         let (ip, op) = (id * ih * iw, od * oh * ow);
         let windows = |d: usize, n: usize| -> Vec<_> { (0..n).map(|o| self.window(d, o)).collect() };
         let (deps, rows, cols) = (windows(0, od), windows(1, oh), windows(2, ow));
-        let parts = pool::threads().min((planes * (ip + op)).div_ceil(1 << 15)).min(planes).max(1);
+        let parts = thread_pool::threads().min((planes * (ip + op)).div_ceil(1 << 15)).min(planes).max(1);
         let max = matches!(self.op, Pool::MaxForward | Pool::AdaptiveMaxForward | Pool::MaxBackward | Pool::AdaptiveMaxBackward);
         // 2-D max pooling (one depth tap) takes the row-wise kernel below.
         let flat = self.op == Pool::MaxForward && id == 1 && od == 1;
         let divide = |count: usize| if s.divisor != 0 { s.divisor as f32 } else { count as f32 };
-        pool::run(parts, |p| {
+        thread_pool::run(parts, |p| {
             let (mut a, mut b) = (Vec::new(), Vec::new());
-            for plane in pool::share(p, parts, planes) {
+            for plane in thread_pool::share(p, parts, planes) {
                 // SAFETY: one plane of each operand, disjoint per part; sizes checked at launch.
                 unsafe {
                     if !is_backward(self.op) {

@@ -6,11 +6,140 @@
 
 use std::f64::consts::PI;
 
+use openreg_runtime as rt;
+
 use super::dtype::{self, Dtype};
 use super::elementwise::parallel_min;
 use super::math;
 use super::philox::{self, LANES};
+use super::{launch, view};
+use crate::error::{Failure, Result};
+use crate::ffi::ffi::{Dense, RandomOp};
 use crate::runtime::generator::Draw;
+use crate::runtime::generator::PhiloxGenerator;
+
+// ANCHOR: launch_random
+/// Launches a random operator over `out` (contiguous): `op` with parameters `a`, `b`
+/// (from/to, mean/std, lambda, p, median/sigma) or `from`, `range` (integers; range 0 is all
+/// of int64), drawing from `generator`. `p` is bernoulli's float32 probability tensor, read
+/// and checked in [0, 1] before the launch (that waits for the stream, as CPU's check reads
+/// the values). False, having done nothing, if the kernel does not write `out`'s dtype.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn launch_random(
+    op: RandomOp, a: f64, b: f64, from: i64, range: u64, out: Dense, p: Dense, generator: &PhiloxGenerator,
+    device: i64,
+) -> Result<bool> {
+    use Distribution as D;
+    let dist = match op {
+        RandomOp::Uniform => D::Uniform { from: a, to: b },
+        RandomOp::Normal => D::Normal { mean: a, std: b },
+        RandomOp::LogNormal => D::LogNormal { mean: a, std: b },
+        RandomOp::Exponential => D::Exponential { lambda: a },
+        RandomOp::Geometric => D::Geometric { p: a },
+        RandomOp::Cauchy => D::Cauchy { median: a, sigma: b },
+        RandomOp::Bernoulli => D::Bernoulli { p: a },
+        RandomOp::BernoulliTensor => D::BernoulliTensor { p: 0 },
+        RandomOp::Integers => D::Integers { from, range },
+        _ => return Ok(false),
+    };
+    let (Some(size), true) = (dtype::item_size(out.dtype), supported(dist, out.dtype)) else {
+        return Ok(false);
+    };
+    let n = out.numel;
+    let stream = rt::current_stream(device)?;
+    let dist = match dist {
+        D::BernoulliTensor { .. } => {
+            const FLOAT: i8 = 6;
+            if p.numel != n || p.dtype != FLOAT {
+                return Err(rt::Error::InvalidValue(format!("bernoulli: {n} float32 probabilities expected")).into());
+            }
+            let at = view(p.data, n * 4, &[p.storage, p.storage_len])?;
+            stream.synchronize()?;
+            // SAFETY: checked inside p's storage; its stream has run.
+            let values = unsafe { std::slice::from_raw_parts(at as *const f32, n) };
+            if let Some(bad) = values.iter().find(|v| !(0.0..=1.0).contains(*v)) {
+                return Err(Failure::runtime(format!(
+                    "Expected p_in >= 0 && p_in <= 1 to be true, but got false (a probability is {bad})"
+                )));
+            }
+            D::BernoulliTensor { p: at }
+        }
+        dist => dist,
+    };
+    if n == 0 {
+        return Ok(true);
+    }
+    let data = view(out.data, n * size, &[out.storage, out.storage_len])?;
+    let draw = generator.reserve(4, stream)?;
+    let work = Random { dist, out: Output { data, numel: n, dtype: out.dtype }, draw };
+    launch(device, n, move || work.run())?;
+    Ok(true)
+}
+// ANCHOR_END: launch_random
+
+/// `randperm(n)` into `out` (contiguous, `n` elements of an integer or float dtype that holds
+/// `n - 1`, checked by the caller). False if the dtype is not one the kernels write.
+pub(crate) fn launch_randperm(out: Dense, generator: &PhiloxGenerator, device: i64) -> Result<bool> {
+    let n = out.numel;
+    let Some(size) = dtype::item_size(out.dtype).filter(|_| matches!(out.dtype, 0..=4 | 6 | 7)) else {
+        return Ok(false);
+    };
+    if n == 0 {
+        return Ok(true);
+    }
+    let data = view(out.data, n * size, &[out.storage, out.storage_len])?;
+    let stream = rt::current_stream(device)?;
+    let draw = generator.reserve(4, stream)?;
+    let code = out.dtype;
+    launch(device, n, move || {
+        let (seed, offset) = draw.resolve();
+        let perm = permutation(n, seed, offset);
+        // SAFETY: checked: n elements of `size` bytes at `data`.
+        unsafe {
+            match code {
+                6 => std::slice::from_raw_parts_mut(data as *mut f32, n).iter_mut().zip(&perm).for_each(|(o, &v)| *o = v as f32),
+                7 => std::slice::from_raw_parts_mut(data as *mut f64, n).iter_mut().zip(&perm).for_each(|(o, &v)| *o = v as f64),
+                _ => store_perm(code, data, &perm),
+            }
+        }
+    })?;
+    Ok(true)
+}
+
+/// `samples` draws from each of `rows` distributions over `categories` (float64 `weights`,
+/// contiguous) into `out` (int64, contiguous). Runs on the calling thread after the stream,
+/// because CPU raises for a bad distribution and that needs the values.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn launch_multinomial(
+    weights: Dense, rows: i64, categories: i64, samples: i64, replacement: bool, out: Dense,
+    generator: &PhiloxGenerator, device: i64,
+) -> Result<()> {
+    let [rows, categories, samples] = [rows, categories, samples].map(|v| v.max(0) as usize);
+    if weights.numel != rows * categories || weights.dtype != 7 || out.numel != rows * samples || out.dtype != 4 {
+        return Err(rt::Error::InvalidValue("multinomial: float64 weights and int64 output expected".into()).into());
+    }
+    let stream = rt::current_stream(device)?;
+    let w = view(weights.data, weights.numel * 8, &[weights.storage, weights.storage_len])?;
+    let o = view(out.data, out.numel * 8, &[out.storage, out.storage_len])?;
+    stream.synchronize()?;
+    // SAFETY: both checked inside their storage; the stream has run.
+    let w = unsafe { std::slice::from_raw_parts(w as *const f64, weights.numel) };
+    if w.iter().any(|v| !v.is_finite() || *v < 0.0) {
+        return Err(Failure::runtime("probability tensor contains either `inf`, `nan` or element < 0".into()));
+    }
+    for row in w.chunks(categories.max(1)) {
+        if row.iter().sum::<f64>() <= 0.0 {
+            return Err(Failure::runtime("invalid multinomial distribution (sum of probabilities <= 0)".into()));
+        }
+    }
+    let Draw::Eager { seed, offset } = generator.reserve(4, stream)? else {
+        return Err(Failure::runtime("multinomial cannot be captured in a graph: it reads its weights".into()));
+    };
+    let values = multinomial(w, rows, categories, samples, replacement, seed, offset);
+    // SAFETY: checked above.
+    unsafe { std::slice::from_raw_parts_mut(o as *mut i64, out.numel) }.copy_from_slice(&values);
+    Ok(())
+}
 
 /// A distribution and its parameters, checked by PyTorch's templates before the launch
 /// (`ATen/native/DistributionTemplates.h`, as CUDA's kernels use them).

@@ -4,8 +4,47 @@
 use std::sync::Mutex;
 
 use super::dtype::{self, Dtype};
+use super::integer::{self, Int};
 use super::walk::Layout;
+use super::{launch, view, unsupported};
+use crate::error::Result;
 use crate::ffi::ffi::Reduction;
+
+/// Launches a reduction built by `make_reduction` (output first, with 0 strides along the
+/// reduced dimensions); `count` is the number of inputs per output, the divisor of a mean.
+pub(crate) fn launch_reduction(
+    op: Reduction, count: f64, data: &[usize], storages: &[usize], dtypes: &[i8], shape: &[i64],
+    strides: &[i64], device: i64,
+) -> Result<()> {
+    let ints = (Int::from_code(dtypes[0]), Int::from_code(dtypes[1]));
+    if let (Some(to), Some(from)) = ints
+        && (to, from) != (Int::Bool, Int::Bool)
+        && matches!(op, Reduction::Sum | Reduction::Amax | Reduction::Amin)
+    {
+        let layout = Layout::new(shape, strides, 2);
+        let storage = |k: usize| storages.get(2 * k..2 * k + 2).unwrap_or(&[]);
+        let out = (view(data[0], layout.extent(0, to.size()), storage(0))?, to);
+        let input = (view(data[1], layout.extent(1, from.size()), storage(1))?, from);
+        let n = layout.numel();
+        let work = integer::Reduce { op, out, input, layout };
+        return launch(device, n, move || work.run());
+    }
+    // Bool for maxima and minima only: any() and all() of a bool tensor.
+    let dtype = |code| if matches!(op, Reduction::Amax | Reduction::Amin) { Dtype::elementwise(code) } else { Dtype::from_code(code) };
+    let (Some(out), Some(input)) = (dtype(dtypes[0]), dtype(dtypes[1])) else {
+        return Err(unsupported("this reduction", dtypes[1]));
+    };
+    let layout = Layout::new(shape, strides, 2);
+    let n = layout.numel();
+    if n == 0 {
+        return Ok(());
+    }
+    let storage = |k: usize| storages.get(2 * k..2 * k + 2).unwrap_or(&[]);
+    let out = (view(data[0], layout.extent(0, out.size()), storage(0))?, out);
+    let input = (view(data[1], layout.extent(1, input.size()), storage(1))?, input);
+    let work = Reduce { op, count, out, input, layout };
+    launch(device, n, move || work.run())
+}
 
 const BLOCK: usize = 4096;
 /// Input elements per parallel task of a full reduction.
@@ -101,10 +140,10 @@ impl Reduce {
         }
         if outputs == 1 {
             // One output: each thread reduces a slice of the input; the partial results merge.
-            let threads = super::pool::threads().min(per_output / CHUNK).max(1);
+            let threads = super::thread_pool::threads().min(per_output / CHUNK).max(1);
             let part = per_output.div_ceil(threads);
             let partial: Vec<Mutex<Acc>> = (0..threads).map(|_| Mutex::new(Acc::new(self.op))).collect();
-            super::pool::run(threads, |p| {
+            super::thread_pool::run(threads, |p| {
                 let start = p * part;
                 let mut buf = [0f32; BLOCK];
                 let acc = self.accumulate(&reduced, 0, start, part.min(per_output.saturating_sub(start)), &mut buf);

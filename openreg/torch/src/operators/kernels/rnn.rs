@@ -7,10 +7,44 @@
 //! Every operand is a contiguous float32, float16 or bfloat16 tensor; a row of the batch is
 //! converted to float32, computed and stored back.
 
+use openreg_runtime as rt;
+
 use super::dtype::{self, Dtype};
 use super::math::{sigmoid, tanh};
-use super::pool;
-use crate::ffi::ffi::Cell;
+use super::thread_pool;
+use super::{launch, dense};
+use crate::error::Result;
+use crate::ffi::ffi::{Cell, Dense};
+
+/// Launches a fused recurrent cell; `operands` in [`layout`]'s order, outputs first, an
+/// absent input (a bias, or a gradient that did not reach the cell) with address 0. False,
+/// having done nothing, if a dtype is not float32, float16 or bfloat16.
+pub(crate) fn launch_rnn_cell(op: Cell, operands: &[Dense], batch: i64, hidden: i64, device: i64) -> Result<bool> {
+    let (layout, outputs) = layout(op);
+    let (batch, hidden) = (batch.max(0) as usize, hidden.max(0) as usize);
+    if operands.len() != layout.len() {
+        return Err(rt::Error::InvalidValue(format!("{op:?} takes {} operands, got {}", layout.len(), operands.len())).into());
+    }
+    let mut slots = Vec::with_capacity(operands.len());
+    for (k, (t, &(width, per_row))) in operands.iter().zip(layout).enumerate() {
+        let numel = width * hidden * if per_row { batch } else { 1 };
+        if t.data == 0 && k >= outputs && t.numel == 0 {
+            slots.push((0, Dtype::Float)); // absent: read as zeros
+            continue;
+        }
+        let Some(dtype) = Dtype::from_code(t.dtype) else { return Ok(false) };
+        if t.numel != numel {
+            return Err(rt::Error::InvalidValue(format!("{op:?} operand {k} has {} elements, {numel} expected", t.numel)).into());
+        }
+        slots.push((dense(t, dtype)?, dtype));
+    }
+    if batch * hidden == 0 {
+        return Ok(true);
+    }
+    let work = RnnCell { op, slots, batch, hidden };
+    launch(device, batch * hidden * 4, move || work.run())?;
+    Ok(true)
+}
 
 /// One operand: runtime address (0: absent, read as zeros) and dtype.
 pub(crate) type Slot = (usize, Dtype);
@@ -163,10 +197,10 @@ impl RnnCell {
     pub(crate) fn run(&self) {
         let (layout, outputs) = layout(self.op);
         let h = self.hidden;
-        let parts = pool::threads().min((self.batch * h * 4).div_ceil(ROWS_PER_PART)).max(1);
-        pool::run(parts, |p| {
+        let parts = thread_pool::threads().min((self.batch * h * 4).div_ceil(ROWS_PER_PART)).max(1);
+        thread_pool::run(parts, |p| {
             let mut rows: Vec<Vec<f32>> = layout.iter().map(|&(w, _)| vec![0.0; w * h]).collect();
-            for b in pool::share(p, parts, self.batch) {
+            for b in thread_pool::share(p, parts, self.batch) {
                 // The row's address; 0 stays 0 (an absent operand).
                 let at = |k: usize| {
                     let ((ptr, dtype), (w, per_row)) = (self.slots[k], layout[k]);

@@ -6,6 +6,41 @@
 use super::dtype::{self, Dtype};
 use super::elementwise::parallel_min;
 use super::integer::Int;
+use super::{launch, view};
+use crate::error::Result;
+use crate::ffi::ffi::Dense;
+
+/// The index of each row's largest (`max`) or smallest element (kernels/rows.rs).
+pub(crate) fn launch_arg_extremum(max: bool, rows: i64, len: i64, input: Dense, out: Dense, device: i64) -> Result<bool> {
+    let (Some(element), 4) = (Element::from_code(input.dtype), out.dtype) else { return Ok(false) };
+    let [rows, len] = [rows, len].map(|v| v.max(0) as usize);
+    if rows == 0 || len == 0 || input.numel != rows * len || out.numel != rows {
+        return Ok(rows == 0);
+    }
+    let input_view = view(input.data, input.numel * element.size(), &[input.storage, input.storage_len])?;
+    let out_view = view(out.data, rows * 8, &[out.storage, out.storage_len])?;
+    // SAFETY: both views were checked for their elements.
+    launch(device, input.numel, move || unsafe { arg_extremum(max, element, input_view, out_view, rows, len) })?;
+    Ok(true)
+}
+
+/// The running sum along each row, in the input's dtype (kernels/rows.rs).
+pub(crate) fn launch_cumsum(rows: i64, len: i64, input: Dense, out: Dense, device: i64) -> Result<bool> {
+    let Some(element) = Element::from_code(input.dtype) else { return Ok(false) };
+    let [rows, len] = [rows, len].map(|v| v.max(0) as usize);
+    if input.dtype != out.dtype || input.numel != rows * len || out.numel != input.numel {
+        return Ok(false);
+    }
+    if input.numel == 0 {
+        return Ok(true);
+    }
+    let bytes = input.numel * element.size();
+    let input_view = view(input.data, bytes, &[input.storage, input.storage_len])?;
+    let out_view = view(out.data, bytes, &[out.storage, out.storage_len])?;
+    // SAFETY: both views were checked for their elements.
+    launch(device, input.numel, move || unsafe { cumsum(element, input_view, out_view, rows, len) })?;
+    Ok(true)
+}
 
 /// An element type these kernels read.
 #[derive(Debug, Clone, Copy)]

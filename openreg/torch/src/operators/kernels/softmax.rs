@@ -11,10 +11,48 @@
 use std::ops::Range;
 use std::sync::OnceLock;
 
+use openreg_runtime as rt;
+
 use super::dtype::{self, Dtype};
 use super::elementwise::parallel_min;
 use super::math;
-use crate::ffi::ffi::Softmax;
+use super::{launch, dense};
+use crate::error::Result;
+use crate::ffi::ffi::{Dense, Softmax};
+
+// ANCHOR: launch_softmax
+/// Launches a softmax-family kernel along the middle dimension of `[outer, size, inner]`
+/// contiguous operands (`inputs`: the input, or grad_output and output). Softmax also writes
+/// each row's log-sum-exp to `lse` if it is given (attention keeps it for its backward). False,
+/// having done nothing, if one of the dtypes is not float32, float16 or bfloat16.
+pub(crate) fn launch_softmax(
+    op: Softmax, out: Dense, inputs: &[Dense], lse: Dense, outer: i64, size: i64, inner: i64, device: i64,
+) -> Result<bool> {
+    let [outer, size, inner] = [outer, size, inner].map(|v| v.max(0) as usize);
+    let n = outer * size * inner;
+    let mut slots = Vec::with_capacity(1 + inputs.len());
+    for t in std::iter::once(&out).chain(inputs) {
+        let Some(dtype) = Dtype::from_code(t.dtype) else { return Ok(false) };
+        if t.numel != n {
+            return Err(rt::Error::InvalidValue(format!("softmax operands of {n} elements expected")).into());
+        }
+        slots.push((dense(t, dtype)?, dtype));
+    }
+    let lse = match lse.data {
+        0 => 0,
+        _ if op == Softmax::Softmax && Dtype::from_code(lse.dtype) == Some(Dtype::Float) && lse.numel == outer * inner => {
+            dense(&lse, Dtype::Float)?
+        }
+        _ => return Err(rt::Error::InvalidValue(format!("softmax's lse must be {} float32 elements", outer * inner)).into()),
+    };
+    if n == 0 {
+        return Ok(true);
+    }
+    let work = SoftmaxKernel { op, out: slots[0], inputs: slots.split_off(1), lse, outer, size, inner };
+    launch(device, n, move || work.run())?;
+    Ok(true)
+}
+// ANCHOR_END: launch_softmax
 
 /// Lanes (positions along `inner`) or row elements handled at a time.
 const BLOCK: usize = 256;
@@ -49,7 +87,7 @@ impl SoftmaxKernel {
         let short = self.short();
         // Lanes per unit: a block, or fewer when the blocks are too few to give every thread
         // one (softmax over dim 0 of 4096x64 is a single block: it ran on one thread).
-        let threads = super::pool::threads();
+        let threads = super::thread_pool::threads();
         let width = if self.outer * self.inner.div_ceil(BLOCK) >= threads {
             BLOCK
         } else {

@@ -2,13 +2,14 @@
 //! from: CPU's order, NaN after every number (before, descending), equal elements in their
 //! original order. `topk` takes the first k of a row sorted this way.
 
+use std::cmp::Ordering;
+
 use super::dtype;
 use super::elementwise::parallel_min;
 use super::rows::Element;
 use super::{launch, view};
 use crate::error::Result;
 use crate::ffi::ffi::Dense;
-use std::cmp::Ordering;
 
 /// Rows at least this long get a thread each; shorter ones are grouped.
 const ROW_WORK: usize = 1 << 14;

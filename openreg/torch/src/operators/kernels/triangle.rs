@@ -2,6 +2,39 @@
 //! outside the triangle set to zero. The kernel moves bytes, so it serves every dtype (zero is
 //! all-zero bytes in each); in place, `input` and `out` are the same address.
 
+use super::factory;
+use super::{launch, view};
+use crate::error::Result;
+use crate::ffi::ffi::Dense;
+
+/// `tril`/`triu` of `batch` contiguous `rows` x `cols` matrices into `out` (contiguous, the same
+/// dtype; the same address in place). False if the dtype's size is not one the kernel moves.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn launch_triangle(
+    input: Dense, out: Dense, rows: i64, cols: i64, diagonal: i64, upper: bool, device: i64,
+) -> Result<bool> {
+    let size = factory::element_size(input.dtype);
+    if size == 0 || input.dtype != out.dtype || input.numel != out.numel {
+        return Ok(false);
+    }
+    let [rows, cols] = [rows, cols].map(|v| v.max(0) as usize);
+    if rows * cols == 0 || input.numel == 0 {
+        return Ok(true);
+    }
+    let bytes = input.numel * size;
+    let input_view = view(input.data, bytes, &[input.storage, input.storage_len])?;
+    let out_view = view(out.data, bytes, &[out.storage, out.storage_len])?;
+    if input_view != out_view && input_view < out_view + bytes && out_view < input_view + bytes {
+        return Ok(false); // partial overlap: the caller copies first
+    }
+    let work = Triangle {
+        batch: input.numel / (rows * cols), rows, cols, size, diagonal, upper, input: input_view, out: out_view,
+    };
+    // SAFETY: both views checked above, equal or disjoint.
+    launch(device, input.numel, move || unsafe { work.run() })?;
+    Ok(true)
+}
+
 /// The triangle to keep: element (i, j) is kept when `j - i <= diagonal` (lower) or
 /// `j - i >= diagonal` (upper), as `torch.tril`/`torch.triu` define it.
 #[derive(Clone, Copy)]
