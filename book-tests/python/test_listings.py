@@ -2,6 +2,8 @@
 installed into a scratch environment, and passes its own tests: "copy it and start your own
 backend" is proven, not promised."""
 
+import fnmatch
+import hashlib
 import os
 import shutil
 import subprocess
@@ -23,13 +25,31 @@ def test_the_book_has_its_chapter_crates():
     assert STAGES == ["amp", "autoload", "compile", "device", "hooks", "operators", "runtime"]
 
 
+NOT_COPIED = ("target", "__pycache__", "*.so", "Cargo.lock")
+COPIED = shutil.ignore_patterns(*NOT_COPIED)
+
+
+def build_key(stage: str) -> str:
+    """Everything a crate's wheel is built from: its files, the toolchain, torch, maturin.
+    A wheel built from the same key is the same wheel; CI, from a fresh clone, builds."""
+    digest = hashlib.sha256()
+    crate = ROOT / "listings" / stage
+    for path in sorted(crate.rglob("*")):
+        relative = path.relative_to(crate)
+        if path.is_file() and not any(fnmatch.fnmatch(part, p) for part in relative.parts for p in NOT_COPIED):
+            digest.update(str(relative).encode() + b"\0" + path.read_bytes())
+    for command in (["rustc", "-V"], [str(VENV / "bin" / "maturin"), "-V"],
+                    [str(VENV / "bin" / "python"), "-c", "import torch, sys; print(torch.__version__, sys.version)"]):
+        digest.update(subprocess.run(command, capture_output=True, text=True, check=True).stdout.encode())
+    return digest.hexdigest()[:16]
+
+
 # ANCHOR: copy_out
 @pytest.mark.parametrize("stage", STAGES)
 def test_chapter_crate_builds_and_passes_its_tests_when_copied_out(stage, tmp_path):
     crate = tmp_path / stage
     # copy, not copy2: fresh modification times, so cargo rebuilds the crate from the copy.
-    shutil.copytree(ROOT / "listings" / stage, crate, copy_function=shutil.copy,
-                    ignore=shutil.ignore_patterns("target", "__pycache__", "*.so", "Cargo.lock"))
+    shutil.copytree(ROOT / "listings" / stage, crate, copy_function=shutil.copy, ignore=COPIED)
     env = {
         **os.environ,
         "VIRTUAL_ENV": str(VENV),
@@ -40,9 +60,16 @@ def test_chapter_crate_builds_and_passes_its_tests_when_copied_out(stage, tmp_pa
         "CCACHE_BASEDIR": str(tmp_path),
         "CXX": "ccache c++" if shutil.which("ccache") else "c++",
     }
-    build = subprocess.run([str(VENV / "bin" / "maturin"), "build", "--release", "-o", str(tmp_path / "wheels")],
-                           cwd=crate, env=env, capture_output=True, text=True)
-    assert build.returncode == 0, build.stdout + build.stderr
+    # A wheel is kept under its build key: a later run with the same crate, toolchain and
+    # torch installs it instead of building it again (one build per change, not per run).
+    key = build_key(stage)
+    built = ROOT / "target" / "listings" / "wheels" / f"{stage}-{key}"
+    if not built.is_dir():
+        build = subprocess.run([str(VENV / "bin" / "maturin"), "build", "--release", "-o", str(tmp_path / "wheels")],
+                               cwd=crate, env=env, capture_output=True, text=True)
+        assert build.returncode == 0, build.stdout + build.stderr
+        shutil.copytree(tmp_path / "wheels", str(built) + ".tmp", dirs_exist_ok=True)
+        os.replace(str(built) + ".tmp", built)
 
     # A scratch environment that sees torch and pytest (through a .pth to our venv) but
     # this crate's torch_openreg instead of the repository's.
@@ -50,12 +77,14 @@ def test_chapter_crate_builds_and_passes_its_tests_when_copied_out(stage, tmp_pa
     subprocess.run([sys._base_executable, "-m", "venv", "--without-pip", str(scratch)], check=True)
     site = Path(sysconfig.get_path("purelib", vars={"base": str(scratch), "platbase": str(scratch)}))
     (site / "_parent_env.pth").write_text(sysconfig.get_path("purelib") + "\n")
-    [wheel] = (tmp_path / "wheels").glob("*.whl")
+    [wheel] = built.glob("*.whl")
     subprocess.run([str(VENV / "bin" / "pip"), "install", "-q", "--no-deps", "--target", str(site), str(wheel)],
                    check=True)
 
     # The stages before "autoload" declare no entry point: they are imported explicitly.
-    test_env = {**os.environ, "TORCH_DEVICE_BACKEND_AUTOLOAD": "0" if stage in ("device", "hooks", "runtime") else "1"}
+    test_env = {**os.environ, "TORCH_DEVICE_BACKEND_AUTOLOAD": "0" if stage in ("device", "hooks", "runtime") else "1",
+                # Inductor's cache, per build key: what a crate compiled is reused until it changes.
+                "TORCHINDUCTOR_CACHE_DIR": str(ROOT / "target" / "listings" / "inductor-cache" / f"{stage}-{key}")}
     tests = subprocess.run([str(scratch / "bin" / "python"), "-P", "-m", "pytest", "-q", "-p", "no:cacheprovider",
                             "tests"], cwd=crate, env=test_env, capture_output=True, text=True, timeout=600)
     assert tests.returncode == 0, tests.stdout + tests.stderr
