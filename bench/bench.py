@@ -99,14 +99,6 @@ def main():
     rows.append(("two streams x 100 ms of work", f"{overlap * 1e3:.0f} ms",
                  f"{overlap / 0.2:.2f}x of the 200 ms sum (overlap)"))
 
-    small = torch.randn(3, 3)
-    small_dev = small.to("openreg")
-    cpu_add = median_time(lambda: small + small, repeats=2000, warmup=200)
-    dev_add = median_time(lambda: small_dev + small_dev, repeats=2000, warmup=200)
-    rows.append(("x + x 3x3, CPU", f"{cpu_add * 1e6:.1f} us", "reference"))
-    rows.append(("x + x 3x3, openreg", f"{dev_add * 1e6:.1f} us",
-                 f"{dev_add / cpu_add:.1f}x CPU time (operators: bench/operators.py)"))
-
     width = max(len(r[0]) for r in rows)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
     for name, value, note in rows:

@@ -53,7 +53,7 @@ def main():
     cpu_sync = lambda: None  # noqa: E731
     side = torch.Stream(device="openreg")
     rows = []
-    for name, make, calls in [("MLP 784-256-256-10 SGD step, batch 64", mlp_step, 20),
+    for name, make, calls in [("MLP 784-256-256-10 MSE SGD step, batch 64", mlp_step, 20),
                               ("100 pointwise ops on 3x3", chain, 20)]:
         cpu = per_call(make("cpu"), calls, cpu_sync)
         with side:

@@ -38,24 +38,6 @@ def per_call(fn, device, calls, repeats=9, warmup=0.05):
     return statistics.median(batch(fn, sync, calls) for _ in range(repeats))
 
 
-def mlp_step(device):
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(
-        torch.nn.Linear(784, 256), torch.nn.ReLU(),
-        torch.nn.Linear(256, 256), torch.nn.ReLU(),
-        torch.nn.Linear(256, 10),
-    ).to(device)
-    opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    x = torch.randn(64, 784).to(device)
-    y = torch.randint(0, 10, (64,)).to(device)
-
-    def step():
-        opt.zero_grad()
-        torch.nn.functional.cross_entropy(model(x), y).backward()
-        opt.step()
-    return step
-
-
 # ANCHOR: cases
 def cases(device):
     """(name, function, calls per batch) for each benchmarked case on `device`."""
@@ -89,7 +71,6 @@ def cases(device):
     out.append(("max_pool2d 2x2 8x64x32x32", lambda: F.max_pool2d(image, 2), 20))
     m1, m2 = torch.randn(512, 512).to(device), torch.randn(512, 512).to(device)
     out.append(("mm 512x512", lambda: m1 @ m2, 20))
-    out.append(("MLP 784-256-256-10 SGD step, batch 64", mlp_step(device), 20))
     return out
 # ANCHOR_END: cases
 
@@ -99,8 +80,7 @@ TARGETS = {"x + x 3x3": 1.0, "add 1M": 1.1, "mul 1M": 1.1, "relu 1M": 1.1, "add 
            "softmax 256x4096 dim -1": 1.2, "log_softmax 1024x1024 dim -1": 1.2,
            "log_softmax 256x4096 dim -1": 1.2, "layer_norm 256x1024": 1.2, "layer_norm 64x4096": 1.2,
            "conv2d 3x3 64ch 8x32x32": 1.2, "conv2d 1x1 64ch 8x32x32": 1.2, "batch_norm 8x64x32x32": 1.2,
-           "max_pool2d 2x2 8x64x32x32": 1.2,
-           "MLP 784-256-256-10 SGD step, batch 64": 1.3}
+           "max_pool2d 2x2 8x64x32x32": 1.2}
 
 
 def measure():

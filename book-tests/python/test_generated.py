@@ -2,6 +2,7 @@
 as they are now."""
 
 import json
+import re
 
 import pytest
 
@@ -37,3 +38,40 @@ def test_a_changed_input_makes_the_output_stale(tmp_path, monkeypatch):
     before = generate.fingerprint(["input.txt"])
     source.write_text("two")
     assert generate.fingerprint(["input.txt"]) != before
+
+
+# The generated tables of measurements. A case measured in two of them, in two runs of a
+# shared machine, shows two numbers for one thing; each case has one table, which the
+# others cite.
+MEASURED = ["bench", "operators", "models-bench", "zoo-bench", "graphs-bench", "compile-bench",
+            "aoti-bench", "profiler-bench", "distributed-bench"]
+
+
+def cases(text: str) -> set:
+    """The row labels of a generated table: a Markdown table's first cell, or the text before
+    the first run of two spaces; a label's `, CPU` or `, openreg` names a column, not a case."""
+    labels = set()
+    for line in text.splitlines()[1:]:
+        cell = line.split("|")[1] if line.startswith("|") else re.split(r"\s{2,}", line.strip())[0]
+        label = re.sub(r",\s*(cpu|openreg)$", "", cell.strip().lower())
+        if label and not re.fullmatch(r"[-\s|]*|case|model", label):
+            labels.add(label)
+    return labels
+
+
+def test_no_case_is_measured_in_two_tables():
+    seen = {}
+    shared = []
+    for name in MEASURED:
+        for label in cases((ROOT / f"src/generated/{name}.txt").read_text()):
+            if label in seen:
+                shared.append(f"{label!r}: {seen[label]}.txt and {name}.txt")
+            seen.setdefault(label, name)
+    assert not shared, "measured in two tables (keep one, cite it from the other chapter):\n" + "\n".join(shared)
+
+
+def test_the_case_reader_sees_a_shared_case():
+    a = "case  CPU  openreg\nx + x 3x3   1.3us   0.9us\n"
+    b = "torch 2.15\nx + x 3x3, openreg   1.2 us   0.8x\n| all_reduce 4 B | 395 µs |\n"
+    assert cases(a) & cases(b) == {"x + x 3x3"}
+    assert "all_reduce 4 b" in cases(b)

@@ -18,6 +18,7 @@
 
 extern "C" {
 
+// ANCHOR: table
 // One argument of a compiled kernel: a tensor (its memory is translated to the runtime's
 // view), or an int64 size when `tensor` is null.
 struct OpenRegKernelArg {
@@ -55,6 +56,7 @@ struct OpenRegAOTIShim {
 #define OPENREG_AOTI_SHIM_VERSION 1
 
 const OpenRegAOTIShim* openreg_aoti_shim();
+// ANCHOR_END: table
 }
 
 #ifndef OPENREG_AOTI_BACKEND
@@ -72,6 +74,7 @@ inline const OpenRegAOTIShim& shim() {
   return *table;
 }
 
+// ANCHOR: check
 // The shim keeps the failure's message where torch's own shims keep theirs.
 inline AOTITorchError check(AOTITorchError error) {
   if (error != AOTI_TORCH_SUCCESS) {
@@ -79,6 +82,7 @@ inline AOTITorchError check(AOTITorchError error) {
   }
   return error;
 }
+// ANCHOR_END: check
 
 // "openreg" or "openreg:1" to the device index (-1: the current device).
 inline int32_t device_index(const std::string& device) {
@@ -132,11 +136,13 @@ AtenTensorHandle on_device(ConstantMap& constants, const std::string& name, Aten
 
 } // namespace openreg_aoti
 
+// ANCHOR: addmm
 inline AOTITorchError aoti_torch_openreg_addmm_out(AtenTensorHandle out, AtenTensorHandle self,
                                                    AtenTensorHandle mat1, AtenTensorHandle mat2,
                                                    double beta, double alpha) {
   return openreg_aoti::check(openreg_aoti::shim().addmm_out(out, self, mat1, mat2, beta, alpha));
 }
+// ANCHOR_END: addmm
 inline AOTITorchError aoti_torch_openreg_mm_out(AtenTensorHandle out, AtenTensorHandle self,
                                                 AtenTensorHandle mat2) {
   return openreg_aoti::check(openreg_aoti::shim().mm_out(out, self, mat2));
@@ -170,9 +176,11 @@ inline AOTITorchError aoti_torch_openreg__scaled_dot_product_fused_attention_ove
       ret2, ret3, ret4, ret5, ret6, ret7, ret8));
 }
 
+// ANCHOR: launch
 // A compiled kernel, run on the current stream of its tensors' device.
 template <size_t N>
 inline void openreg_launch(OpenRegKernelEntry kernel, const OpenRegKernelArg (&args)[N]) {
   openreg_aoti::check(openreg_aoti::shim().launch(kernel, args, static_cast<int64_t>(N)));
 }
+// ANCHOR_END: launch
 #endif
