@@ -97,7 +97,7 @@ test-book: build book
 	cargo build --release -p openreg-runtime --message-format=json 2>/dev/null \
 	  | $(PY) book-tests/rlibs.py target/book-deps
 	$(VENV)/bin/mdbook test -L target/book-deps
-	$(PY) -m pytest -q --durations=8 book-tests/python
+	$(PY) -m pytest -q -n 2 --durations=8 book-tests/python
 # ANCHOR_END: book
 
 serve: build book

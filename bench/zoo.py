@@ -20,21 +20,28 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "openreg/python/tes
 from test_zoo import LANGUAGE, VISION, batch_for  # noqa: E402  (the models the tests check)
 
 
+TOKENS = 32  # generated per call
+
+
 def sync(device):
     if device == "openreg":
         torch.openreg.synchronize()
 
 
-def timed(run, device, repeat):
-    run()  # warm-up: first-call costs (allocations, lazy initialisation) are not the steady state
-    sync(device)
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        run()
+def paired(runs, rounds):
+    """Median seconds of each of `runs` ({device: function}), timed in alternation, one call of
+    each per round: a slow spell of the shared machine then lands on both sides of a ratio."""
+    for device, run in runs.items():
+        run()  # warm-up: first-call costs (allocations, lazy initialisation) are not the steady state
         sync(device)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    times = {device: [] for device in runs}
+    for _ in range(rounds):
+        for device, run in runs.items():
+            start = time.perf_counter()
+            run()
+            sync(device)
+            times[device].append(time.perf_counter() - start)
+    return [statistics.median(times[device]) for device in runs]
 
 
 def training_step(model, batch, device):
@@ -51,17 +58,17 @@ def training_step(model, batch, device):
         loss.backward()
         optimizer.step()
 
-    return timed(step, device, repeat=5)
+    return step
 
 
-def generation(model, device, tokens=16):
+def generation(model, device, tokens=TOKENS):
     model = model.to(device).eval()
     prompt = torch.randint(2, 128, (1, 8), generator=torch.Generator().manual_seed(2)).to(device)
 
     def generate():
         model.generate(prompt, max_new_tokens=tokens, min_new_tokens=tokens, do_sample=False, use_cache=True)
 
-    return tokens / timed(generate, device, repeat=3)
+    return generate
 
 
 def main():
@@ -72,15 +79,15 @@ def main():
             warnings.simplefilter("ignore")
             model = make()
         batch = batch_for(name)
-        cpu = training_step(copy.deepcopy(model), batch, "cpu")
-        dev = training_step(copy.deepcopy(model), batch, "openreg")
+        cpu, dev = paired({device: training_step(copy.deepcopy(model), batch, device)
+                           for device in ("cpu", "openreg")}, rounds=7)
         print(f"{name + ' training step':<40}{cpu * 1e3:>8.2f}ms{dev * 1e3:>8.2f}ms{dev / cpu:>7.2f}x")
     for name in ["gpt2", "llama", "t5"]:
         torch.manual_seed(0)
         model = LANGUAGE[name]()
-        cpu = generation(copy.deepcopy(model), "cpu")
-        dev = generation(copy.deepcopy(model), "openreg")
-        print(f"{name + ' greedy generation':<40}{cpu:>6.0f}tok/s{dev:>6.0f}tok/s{cpu / dev:>7.2f}x")
+        cpu, dev = paired({device: generation(copy.deepcopy(model), device) for device in ("cpu", "openreg")},
+                          rounds=9)
+        print(f"{name + ' greedy generation':<40}{TOKENS / cpu:>6.0f}tok/s{TOKENS / dev:>6.0f}tok/s{dev / cpu:>7.2f}x")
 
 
 if __name__ == "__main__":
