@@ -191,7 +191,8 @@ def init() -> None:
 
     # Inductor's scheduler picks its fusion rules by `node.is_cpu()`, which means "device type
     # cpu"; our kernels are the CPU's C++ kernels, so they need the CPU's rules (the others
-    # assume GPU-style loop groups and fail). The one patch of Inductor we make.
+    # assume GPU-style loop groups and fail). This and the three below replace functions
+    # internal to Inductor, which may change in any release: they are tested with torch 2.15.
     from torch._inductor.scheduler import BaseSchedulerNode
 
     def is_cpu(node) -> bool:
