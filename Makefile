@@ -12,7 +12,7 @@ STAMP  := $(VENV)/.setup-$(shell cat requirements.txt | sha1sum | cut -c1-12)
 # ccache makes C++ rebuilds after a `cargo clean` or a header-neutral edit take seconds.
 CXX_CMD = $$(command -v ccache >/dev/null && echo "ccache c++" || echo c++)
 
-.PHONY: help setup build reader book book-outputs test test-rust test-python test-book serve bench bench-build clean
+.PHONY: help setup build reader book book-outputs test test-rust test-python python-tests test-book book-checks serve bench bench-build clean
 
 help:
 	@echo "make serve   set up, build the backend, serve the book on http://localhost:3000"
@@ -70,7 +70,11 @@ reader:
 	  -m openreg/python/Cargo.toml 2>&1 | grep -v -e "Requirement already satisfied" -e "patchelf"
 # ANCHOR_END: reader
 
-test: build test-rust test-python test-book
+# The backend's tests and the book's checks run side by side: each keeps both cores busy most
+# of its time, and each has stretches on one core (building the book, a chapter crate's link,
+# the slowest test at the end) that the other fills.
+test: build test-rust
+	$(MAKE) --no-print-directory -j2 --output-sync=target python-tests book-checks
 
 test-rust:
 	CXX="$(CXX_CMD)" cargo test --release -p openreg-runtime -p openreg-torch
@@ -79,6 +83,9 @@ test-rust:
 # The tests share both cores (pytest-xdist): each worker is a process with its own backend state,
 # and every test that starts processes or waits bounds its wait.
 test-python: build
+	$(MAKE) --no-print-directory python-tests
+
+python-tests:
 	TORCHINDUCTOR_CACHE_DIR=$(abspath target/inductor-cache) $(PY) -m pytest -q -n 2 openreg/python/tests
 
 # ANCHOR: book
@@ -91,7 +98,10 @@ book: setup
 book-outputs: build
 	$(PY) book-tests/generate.py
 
-test-book: build book
+test-book: build
+	$(MAKE) --no-print-directory book-checks
+
+book-checks: book
 	CXX="$(CXX_CMD)" cargo test --release -p book-tests
 	@mkdir -p target/book-deps && rm -f target/book-deps/*.rlib target/book-deps/*.so
 	cargo build --release -p openreg-runtime --message-format=json 2>/dev/null \
