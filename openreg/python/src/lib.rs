@@ -11,6 +11,8 @@ use pyo3::types::PyType;
 
 use openreg_runtime as rt;
 
+mod memory;
+
 use openreg_torch::compiled;
 use openreg_torch::error::{ErrorKind, kind_of};
 
@@ -203,6 +205,7 @@ fn openreg_c(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(_runtime_new_stream, m)?)?;
     m.add_function(wrap_pyfunction!(_get_default_generator, m)?)?;
     m.add_function(wrap_pyfunction!(_bind_distributed, m)?)?;
+    memory::add_functions(m)?;
     Ok(())
 }
 // ANCHOR_END: module

@@ -98,5 +98,7 @@ void register_serialization();
 void register_profiler();
 void register_activity_profiler();
 void register_graph();
+// AllocatorConfig.cpp
+void register_allocator_config();
 
 } // namespace openreg

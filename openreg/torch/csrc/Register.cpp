@@ -6,18 +6,31 @@
 #include <c10/core/DeviceType.h>
 
 #include <cstdlib>
+#include <stdexcept>
 #include <string>
 
 namespace openreg {
+
+void register_all();
 
 // ANCHOR: register_backend
 // Called once from the Python module's init. Registering explicitly (instead of with static
 // registrars such as TORCH_LIBRARY_IMPL) means a linker cannot drop a registration, and a
 // failure becomes a Python exception at import. Each step is idempotent.
 void register_backend() {
+  try {
+    register_all();
+  } catch (const c10::Error& e) {
+    // The message alone: the ImportError should not carry a C++ backtrace.
+    throw std::runtime_error(e.what_without_backtrace());
+  }
+}
+
+void register_all() {
   // The device's name in strings ("openreg:0"); Python's torch.utils.rename_privateuse1_backend
   // does the same. Here so that a C++ program (libtorch_openreg.so) gets it too.
   c10::register_privateuse1_backend("openreg");
+  register_allocator_config();
   c10::SetAllocator(kOpenReg, device_allocator());
   at::setHostAllocator(kOpenReg, host_allocator());
   register_guard();

@@ -1,6 +1,8 @@
 //! The cxx bridge between the C++ glue and Rust, and nothing else: editing this file re-runs
 //! the build script, which recompiles every C++ file.
 
+use crate::runtime::allocator::pools::{mem_pool_create, mem_pool_release, mem_pool_retain};
+use crate::runtime::allocator::settings::set_allocator_settings;
 use crate::runtime::allocator::{
     device_free, device_malloc, device_memory_info, device_stats, empty_cache, memory_report, record_stream,
     reset_accumulated_stats, reset_peak_stats,
@@ -128,6 +130,26 @@ pub(crate) mod ffi {
     struct MemoryInfo {
         free: usize,
         total: usize,
+    }
+
+    /// `PYTORCH_ALLOC_CONF` as the device allocator uses it (csrc/runtime/AllocatorConfig.cpp).
+    struct AllocatorSettings {
+        max_split_size: usize,
+        max_non_split_rounding: usize,
+        garbage_collection_threshold: f64,
+        large_segment_size: usize,
+        /// Divisions per power of two for sizes in [2^k, 2^(k+1)), k = 0..63 (1: none).
+        roundup_power2_divisions: Vec<usize>,
+        /// Our own key, `openreg_parked_blocks`.
+        parked_blocks: usize,
+    }
+
+    /// One frame of a symbolized traceback (torch::CapturedTraceback).
+    struct SymbolizedFrame {
+        traceback: usize,
+        name: String,
+        filename: String,
+        line: i64,
     }
 
     /// A kernel's Philox numbers: the generator's seed and the offset reserved for it.
@@ -508,6 +530,11 @@ pub(crate) mod ffi {
         fn device_memory_info(device: i64) -> Result<MemoryInfo>;
         fn empty_cache();
         fn record_stream(ptr: usize, device: i64, stream: i64) -> Result<()>;
+        fn set_allocator_settings(settings: AllocatorSettings) -> Result<()>;
+        // Memory pools; a graph's capture holds a reference to its pool.
+        fn mem_pool_create(device: i64) -> Result<u64>;
+        fn mem_pool_retain(pool: u64) -> Result<()>;
+        fn mem_pool_release(pool: u64);
 
         // Pinned host memory (a caching allocator) and pointer queries.
         fn host_malloc(size: usize) -> Result<usize>;
@@ -803,4 +830,20 @@ pub(crate) mod ffi {
         fn lazy_init_device() -> Result<()>;
     }
     // ANCHOR_END: extern_cpp
+
+    // ANCHOR: extern_traceback
+    unsafe extern "C++" {
+        include!("runtime/MemoryHistory.h");
+        /// Where an allocation came from: torch::CapturedTraceback, symbolized only when a
+        /// snapshot is taken.
+        type Traceback;
+        /// Python frames (and C++ frames if `cpp`) of the calling thread.
+        fn gather_traceback(python: bool, cpp: bool) -> SharedPtr<Traceback>;
+        /// Symbolizes many tracebacks in one pass (C++ frames share one symbol lookup).
+        type Symbolizer;
+        fn new_symbolizer() -> UniquePtr<Symbolizer>;
+        fn add(self: Pin<&mut Symbolizer>, traceback: &SharedPtr<Traceback>) -> usize;
+        fn symbolize(self: Pin<&mut Symbolizer>) -> Vec<SymbolizedFrame>;
+    }
+    // ANCHOR_END: extern_traceback
 }

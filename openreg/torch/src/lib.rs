@@ -28,3 +28,44 @@ pub fn register() -> Result<(), String> {
 pub fn lazy_init() -> Result<(), String> {
     ffi::ffi::lazy_init_device().map_err(|e| e.what().to_string())
 }
+
+/// The device allocator's tools for `torch_openreg._C`: memory history and snapshots
+/// (`torch.openreg.memory`), memory pools (`torch.openreg.MemPool`). Errors are messages of
+/// invalid arguments (Python's ValueError).
+pub mod memory {
+    use crate::runtime::allocator::{self, pools};
+
+    pub use crate::runtime::allocator::PoolStats;
+    pub use crate::runtime::allocator::history::{
+        BlockInfo, Frame, Level, SegmentInfo, Snapshot, TraceInfo, record_memory_history,
+    };
+
+    pub fn snapshot(pool: Option<u64>) -> Result<Snapshot, String> {
+        allocator::snapshot(pool).map_err(|e| e.to_string())
+    }
+
+    pub fn mem_pool_create(device: i64) -> Result<u64, String> {
+        pools::mem_pool_create(device).map_err(|e| e.to_string())
+    }
+
+    pub fn mem_pool_release(pool: u64) {
+        pools::mem_pool_release(pool)
+    }
+
+    /// The pool's device and how many references it has.
+    pub fn mem_pool_info(pool: u64) -> Result<(usize, usize), String> {
+        pools::mem_pool_info(pool).map_err(|e| e.to_string())
+    }
+
+    pub fn mem_pool_stats(pool: u64) -> Result<PoolStats, String> {
+        allocator::pool_stats(pool).map_err(|e| e.to_string())
+    }
+
+    pub fn begin_allocate_to_pool(device: i64, pool: u64) -> Result<(), String> {
+        pools::begin_allocate_to_pool(device, pool).map_err(|e| e.to_string())
+    }
+
+    pub fn end_allocate_to_pool(device: i64, pool: u64) -> Result<(), String> {
+        pools::end_allocate_to_pool(device, pool).map_err(|e| e.to_string())
+    }
+}

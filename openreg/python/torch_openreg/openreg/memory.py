@@ -2,7 +2,13 @@
 a ``c10::DeviceAllocator``, so each is ``torch.accelerator``'s for the device; the names are
 what device-generic code looks up on ``torch.<device>`` (memory trackers, FSDP, DCP)."""
 
+import pickle
+import sys
+
 import torch
+import torch_openreg._C as _C
+
+from .mem_pool import MemPool, use_mem_pool
 
 
 def _index(device) -> int:
@@ -46,5 +52,50 @@ def empty_cache() -> None:
     torch.accelerator.empty_cache()
 
 
-__all__ = ["empty_cache", "max_memory_allocated", "max_memory_reserved", "memory_allocated", "memory_reserved",
+def _check_exists(device) -> None:
+    index = _index(device)
+    if not 0 <= index < _C._get_device_count():
+        raise ValueError(f"openreg:{index} does not exist: there are {_C._get_device_count()} openreg devices")
+
+
+# ANCHOR: history
+_LEVELS = {"enabled": (None, "state", "all"), "context": (None, "state", "alloc", "all"), "stacks": ("python", "all")}
+
+
+def _record_memory_history(enabled="all", context="all", stacks="all", max_entries=sys.maxsize, device=None,
+                           clear_history=False) -> None:
+    """Records where device memory is allocated, as ``torch.cuda.memory._record_memory_history``:
+    ``enabled`` None (stop), "state" (tracebacks of live blocks) or "all" (also a trace of every
+    allocator event, the last ``max_entries`` of them); ``context`` which events keep their
+    traceback (None, "state", "alloc", "all"); ``stacks`` "python" or "all" (with C++ frames).
+    Recording covers every openreg device; ``device`` is accepted for CUDA's signature."""
+    if isinstance(enabled, bool):  # the legacy form, _record_memory_history(True)
+        enabled = "all" if enabled else None
+    for name, value in (("enabled", enabled), ("context", context), ("stacks", stacks)):
+        if value not in _LEVELS[name]:
+            raise ValueError(f"_record_memory_history: {name} must be one of {_LEVELS[name]}, got {value!r}")
+    if isinstance(max_entries, bool) or not isinstance(max_entries, int) or max_entries < 1:
+        raise ValueError(f"_record_memory_history: max_entries must be a positive int, got {max_entries!r}")
+    if device is not None:
+        _check_exists(device)
+    _C._record_memory_history(enabled, context, stacks, min(max_entries, sys.maxsize), bool(clear_history))
+
+
+def _snapshot(device=None) -> dict:
+    """The allocator's segments, blocks and recorded trace, in the dictionary format of
+    ``torch.cuda.memory._snapshot()`` (which ``torch.cuda._memory_viz`` renders)."""
+    if device is not None:
+        _check_exists(device)
+    return _C._memory_snapshot()
+
+
+def _dump_snapshot(filename="dump_snapshot.pickle") -> None:
+    """Pickles ``_snapshot()`` to ``filename``, for ``python -m torch.cuda._memory_viz`` or
+    the viewer at pytorch.org/memory_viz."""
+    with open(filename, "wb") as f:
+        pickle.dump(_snapshot(), f)
+# ANCHOR_END: history
+
+
+__all__ = ["MemPool", "use_mem_pool", "empty_cache", "max_memory_allocated", "max_memory_reserved", "memory_allocated", "memory_reserved",
            "memory_stats", "reset_peak_memory_stats"]

@@ -23,6 +23,8 @@ class OpenRegGraph final : public at::GraphImplInterface {
       } catch (...) {
       }
     }
+    graph_.reset();  // the recording first: its tasks hold the pool's blocks
+    release_pool();
   }
 
   void capture_begin(at::MempoolId_t pool, at::GraphCaptureMode mode) override {
@@ -31,11 +33,24 @@ class OpenRegGraph final : public at::GraphImplInterface {
                 "capture_begin: this graph already holds a capture; call reset() first");
     const c10::impl::VirtualGuardImpl guard(kOpenReg);
     stream_ = guard.getStream(guard.getDevice());
-    // A pool given by another graph's pool() is shared; {0, 0} asks for a private one.
-    const uint64_t id = call([&] {
-      return graph_capture_begin(stream_.device_index(), stream_.id(), pool.second,
-                                 static_cast<uint8_t>(mode));
+    // The capture allocates from a memory pool (torch.openreg.MemPool) that the graph keeps
+    // until it is reset or destroyed: one given by pool= (another graph's pool(), a MemPool's
+    // id) is shared; {0, 0} asks for a private one.
+    const uint64_t id = call([&]() -> uint64_t {
+      if (pool.second == 0) {
+        return mem_pool_create(stream_.device_index());
+      }
+      mem_pool_retain(pool.second);
+      return pool.second;
     });
+    try {
+      call([&] {
+        graph_capture_begin(stream_.device_index(), stream_.id(), id, static_cast<uint8_t>(mode));
+      });
+    } catch (...) {
+      mem_pool_release(id);
+      throw;
+    }
     pool_ = {0, id};
     capturing_ = true;
   }
@@ -73,6 +88,7 @@ class OpenRegGraph final : public at::GraphImplInterface {
     }
     graph_.reset();
     instantiated_ = false;
+    release_pool();
   }
 
   at::MempoolId_t pool() const override { return pool_; }
@@ -86,6 +102,13 @@ class OpenRegGraph final : public at::GraphImplInterface {
   }
 
  private:
+  void release_pool() {
+    if (pool_.second != 0) {
+      mem_pool_release(pool_.second);
+      pool_ = {0, 0};
+    }
+  }
+
   void end() {
     capturing_ = false;
     graph_ = call([&] { return graph_capture_end(stream_.device_index(), stream_.id()); });

@@ -19,8 +19,14 @@
 //! * `empty_cache` gives wholly free segments back to the runtime.
 //!
 //! It also keeps the statistics behind `torch.accelerator.memory_allocated()` and friends.
+//! Its settings come from `PYTORCH_ALLOC_CONF` (`settings.rs`), its memory pools are in
+//! `pools.rs`, and its history for memory snapshots in `history.rs`.
 
-use std::collections::{BTreeSet, HashMap};
+pub(crate) mod history;
+pub(crate) mod pools;
+pub(crate) mod settings;
+
+use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 use std::hash::{BuildHasherDefault, Hasher};
 use std::io::Write;
 use std::sync::{Mutex, MutexGuard};
@@ -29,6 +35,10 @@ use openreg_runtime as rt;
 
 use crate::error::{Failure, Result};
 use crate::ffi::ffi::{DeviceStats, MemoryInfo, MemoryReport, Stat};
+
+use history::{Action, Context, TraceEntry};
+use pools::POOL;
+use settings::Settings;
 
 // ANCHOR: sizes
 const ALIGNMENT: usize = 512;
@@ -43,9 +53,6 @@ const ROUND_LARGE: usize = 2 << 20;
 
 const SMALL: usize = 1;
 const LARGE: usize = 2;
-
-/// Freed small blocks kept unmerged for reuse at the same size.
-const PARKED: usize = 64;
 
 // ANCHOR: hasher
 /// Hashes block addresses with one multiplication. The standard library's SipHash resists
@@ -106,6 +113,8 @@ struct Block {
     stream_uses: Vec<u64>,
     /// After a free: events on those streams that must complete before reuse.
     pending: Vec<rt::Event>,
+    /// Where it was allocated, while memory history is recorded.
+    context: Option<Context>,
 }
 
 /// One device's cache.
@@ -122,6 +131,13 @@ struct DeviceCache {
     /// Segment base -> size.
     segments: AddressMap<usize>,
     stats: DeviceStats,
+    settings: Settings,
+    /// Allocator events, while memory history is recorded (`history.rs`).
+    trace: VecDeque<TraceEntry>,
+    /// Where each segment was first needed, while memory history is recorded.
+    segment_contexts: AddressMap<Context>,
+    /// Pools nobody refers to any more: their segments go back to the device once free.
+    released_pools: HashSet<u64>,
 }
 // ANCHOR_END: block
 
@@ -138,8 +154,25 @@ fn with_cache<R>(device: usize, f: impl FnOnce(&mut DeviceCache) -> R) -> R {
         parked: Vec::new(),
         segments: AddressMap::default(),
         stats: DeviceStats::default(),
+        settings: settings::current(),
+        trace: VecDeque::new(),
+        segment_contexts: AddressMap::default(),
+        released_pools: HashSet::new(),
     });
     f(cache)
+}
+
+/// New settings for every device's cache.
+fn apply_settings(settings: Settings) {
+    for device in 0..rt::DEVICE_COUNT {
+        with_cache(device, |c| {
+            c.settings = settings;
+            while c.parked.len() > settings.parked_blocks {
+                let (_, _, oldest) = c.parked.remove(0);
+                c.unpark(oldest);
+            }
+        });
+    }
 }
 
 // ANCHOR: stat
@@ -181,8 +214,8 @@ impl DeviceCache {
     }
 
     // ANCHOR: malloc
-    fn malloc(&mut self, requested: usize, stream: u64) -> Result<usize> {
-        let size = round_up(requested.max(1), ALIGNMENT);
+    fn malloc(&mut self, requested: usize, stream: u64, context: Option<Context>) -> Result<usize> {
+        let size = self.settings.round_size(requested);
         let pool = pool_of(size);
         self.process_pending();
         let addr = match self.parked.iter().rposition(|&(s, n, _)| s == stream && n == size) {
@@ -195,7 +228,7 @@ impl DeviceCache {
                 }
                 let addr = match found {
                     Some(addr) => addr,
-                    None => self.new_segment(requested, size, stream)?,
+                    None => self.new_segment(requested, size, stream, &context)?,
                 };
                 self.split(addr, size);
                 addr
@@ -206,6 +239,8 @@ impl DeviceCache {
         block.parked = false;
         block.requested = requested;
         let (block_size, pool) = (block.size as i64, block.pool);
+        history::record(&mut self.trace, Action::Alloc, addr, block_size as usize, stream, &context, 0);
+        self.blocks.get_mut(&addr).expect("block exists").context = context;
         let s = &mut self.stats;
         update(&mut s.allocation, pool, 1);
         update(&mut s.active, pool, 1);
@@ -215,22 +250,31 @@ impl DeviceCache {
         Ok(addr)
     }
 
-    /// Takes the smallest free block of `stream` with at least `size` bytes out of `pool`.
+    /// Takes the smallest free block of `stream` with at least `size` bytes out of `pool`. A
+    /// block of `max_split_size` or more is not split: it serves only a request that fills it
+    /// to within `max_non_split_rounding`.
     fn best_fit(&mut self, pool: usize, stream: u64, size: usize) -> Option<usize> {
         let key = self.free[pool].range((stream, size, 0)..(stream + 1, 0, 0)).next().copied()?;
+        let (max_split, rounding) = (self.settings.max_split_size, self.settings.max_non_split_rounding);
+        if key.1 >= max_split && (size < max_split || key.1 - size >= rounding) {
+            return None;
+        }
         self.free[pool].remove(&key);
         Some(key.2)
     }
     // ANCHOR_END: malloc
 
     /// Takes a new segment from the runtime; on failure, releases the cache and retries.
-    fn new_segment(&mut self, requested: usize, size: usize, stream: u64) -> Result<usize> {
+    fn new_segment(&mut self, requested: usize, size: usize, stream: u64, context: &Option<Context>) -> Result<usize> {
         let preferred = match pool_of(size) {
             SMALL => SMALL_SEGMENT,
-            _ if size < MIN_LARGE_ALLOC => LARGE_SEGMENT,
+            _ if size < MIN_LARGE_ALLOC && size < self.settings.max_split_size => {
+                self.settings.large_segment_size.max(size)
+            }
             _ => round_up(size, ROUND_LARGE),
         };
         let device = self.device as i64;
+        self.collect_garbage(preferred);
         let attempt = |len: usize| rt::malloc(device, len).map(|p| (p as usize, len));
         let (base, len) = match attempt(preferred) {
             Ok(got) => got,
@@ -246,6 +290,8 @@ impl DeviceCache {
                     Ok(got) => got,
                     Err(rt::Error::OutOfMemory { capacity, .. }) => {
                         self.stats.num_ooms += 1;
+                        let free = rt::memory_info(device).map_or(0, |(free, _)| free);
+                        history::record(&mut self.trace, Action::Oom, 0, requested, stream, context, free);
                         return Err(self.out_of_memory(requested, capacity));
                     }
                     Err(e) => return Err(e.into()),
@@ -267,19 +313,43 @@ impl DeviceCache {
             next: None,
             stream_uses: Vec::new(),
             pending: Vec::new(),
+            context: None,
         });
         update(&mut self.stats.segment, pool, 1);
         update(&mut self.stats.reserved_bytes, pool, len as i64);
         self.stats.num_device_alloc += 1;
+        history::record(&mut self.trace, Action::SegmentAlloc, base, len, stream, context, 0);
+        if let Some(c) = context {
+            self.segment_contexts.insert(base, c.clone());
+        }
         Ok(base)
     }
+
+    // ANCHOR: garbage_collection
+    /// `garbage_collection_threshold`: before a new segment would take the reserved memory
+    /// past that fraction of the device, wholly free segments go back to the device.
+    fn collect_garbage(&mut self, wanted: usize) {
+        let threshold = self.settings.garbage_collection_threshold;
+        if threshold <= 0.0 || rt::graph::any_capturing() {
+            return;
+        }
+        let Ok((_, capacity)) = rt::memory_info(self.device as i64) else { return };
+        let reserved = self.stats.reserved_bytes[0].current as usize;
+        if (reserved + wanted) as f64 > threshold * capacity as f64 {
+            self.release_free_segments();
+        }
+    }
+    // ANCHOR_END: garbage_collection
 
     fn out_of_memory(&self, requested: usize, capacity: usize) -> Failure {
         let human = rt::error::human;
         Failure::out_of_memory(format!(
             "openreg:{} out of memory: tried to allocate {}; {} allocated and {} reserved by \
              PyTorch, of a capacity of {}. torch.accelerator.empty_cache() releases cached \
-             memory; OPENREG_DEVICE_MEMORY sets the capacity.",
+             memory; OPENREG_DEVICE_MEMORY sets the capacity. To see what holds the memory, \
+             call torch.openreg.memory._record_memory_history() before the failing code and \
+             torch.openreg.memory._dump_snapshot(path) after it, and open the file with \
+             torch.cuda._memory_viz.",
             self.device,
             human(requested),
             human(self.stats.allocated_bytes[0].current as usize),
@@ -292,7 +362,11 @@ impl DeviceCache {
     fn split(&mut self, addr: usize, size: usize) {
         let block = &self.blocks[&addr];
         let rest = block.size - size;
-        let worth = if block.pool == SMALL { rest >= ALIGNMENT } else { rest > SMALL_SIZE };
+        let worth = if block.pool == SMALL {
+            rest >= ALIGNMENT
+        } else {
+            rest > SMALL_SIZE && block.size < self.settings.max_split_size
+        };
         if !worth {
             return;
         }
@@ -310,6 +384,7 @@ impl DeviceCache {
             next,
             stream_uses: Vec::new(),
             pending: Vec::new(),
+            context: None,
         });
         if let Some(n) = next {
             self.blocks.get_mut(&n).expect("neighbour exists").prev = Some(rest_addr);
@@ -321,13 +396,14 @@ impl DeviceCache {
     }
 
     // ANCHOR: free
-    fn free(&mut self, addr: usize) {
+    fn free(&mut self, addr: usize, context: Option<Context>) {
         let Some(block) = self.blocks.get_mut(&addr).filter(|b| b.allocated) else {
             let _ = writeln!(std::io::stderr(), "openreg: free of {addr:#x}, which is not an allocated block");
             return;
         };
         block.allocated = false;
-        let (size, requested, pool) = (block.size as i64, block.requested as i64, block.pool);
+        block.context = None;
+        let (size, requested, pool, owner) = (block.size as i64, block.requested as i64, block.pool, block.stream);
         block.requested = 0;
         // Other streams may still be using the memory: mark where their queues are now, and
         // reuse the block only once they got there.
@@ -343,9 +419,17 @@ impl DeviceCache {
         update(&mut s.allocation, pool, -1);
         update(&mut s.allocated_bytes, pool, -size);
         update(&mut s.requested_bytes, pool, -requested);
+        history::record(&mut self.trace, Action::FreeRequested, addr, size as usize, owner, &context, 0);
         if !self.blocks[&addr].pending.is_empty() {
             self.pending.push(addr);
-        } else if pool == SMALL {
+            return;
+        }
+        history::record(&mut self.trace, Action::FreeCompleted, addr, size as usize, owner, &context, 0);
+        if self.released_pools.contains(&owner) {
+            let segment = self.blocks[&addr].segment;
+            self.release_block(addr);
+            self.release_segment_if_free(segment);
+        } else if pool == SMALL && self.settings.parked_blocks > 0 {
             self.park(addr);
         } else {
             self.release_block(addr);
@@ -362,7 +446,7 @@ impl DeviceCache {
         update(&mut self.stats.active, pool, -1);
         update(&mut self.stats.active_bytes, pool, -(size as i64));
         self.parked.push((stream, size, addr));
-        if self.parked.len() > PARKED {
+        if self.parked.len() > self.settings.parked_blocks {
             let (_, _, oldest) = self.parked.remove(0);
             self.unpark(oldest);
         }
@@ -429,7 +513,10 @@ impl DeviceCache {
             .collect();
         for addr in ready {
             self.pending.retain(|&a| a != addr);
-            self.blocks.get_mut(&addr).expect("block exists").pending.clear();
+            let block = self.blocks.get_mut(&addr).expect("block exists");
+            block.pending.clear();
+            let (size, owner) = (block.size, block.stream);
+            history::record(&mut self.trace, Action::FreeCompleted, addr, size, owner, &None, 0);
             self.release_block(addr);
         }
     }
@@ -451,20 +538,128 @@ impl DeviceCache {
             })
             .map(|(&base, &len)| (base, len))
             .collect();
-        for (base, len) in whole {
-            self.remove_free(base);
-            let pool = self.blocks.remove(&base).expect("segment block exists").pool;
-            self.segments.remove(&base);
-            update(&mut self.stats.segment, pool, -1);
-            update(&mut self.stats.reserved_bytes, pool, -(len as i64));
-            self.stats.num_device_free += 1;
-            if let Err(e) = rt::free(base as *mut u8) {
-                let _ = writeln!(std::io::stderr(), "openreg: releasing a segment: {e}");
-            }
+        for (base, _) in whole {
+            self.free_segment(base);
         }
         let _ = rt::trim(self.device as i64);
     }
     // ANCHOR_END: empty_cache
+
+    /// Gives a wholly free segment back to the runtime.
+    fn free_segment(&mut self, base: usize) {
+        let len = self.segments[&base];
+        self.remove_free(base);
+        let block = self.blocks.remove(&base).expect("segment block exists");
+        self.segments.remove(&base);
+        let context = self.segment_contexts.remove(&base);
+        update(&mut self.stats.segment, block.pool, -1);
+        update(&mut self.stats.reserved_bytes, block.pool, -(len as i64));
+        self.stats.num_device_free += 1;
+        history::record(&mut self.trace, Action::SegmentFree, base, len, block.stream, &context, 0);
+        if let Err(e) = rt::free(base as *mut u8) {
+            let _ = writeln!(std::io::stderr(), "openreg: releasing a segment: {e}");
+        }
+    }
+
+    /// Frees `segment` if it is one free block of a released pool.
+    fn release_segment_if_free(&mut self, segment: usize) {
+        let Some(&len) = self.segments.get(&segment) else { return };
+        let b = &self.blocks[&segment];
+        if b.size == len && !b.allocated && !b.parked && b.pending.is_empty() {
+            // Queued kernels may still write to it (as in release_free_segments).
+            let _ = rt::synchronize_device(self.device as i64);
+            self.free_segment(segment);
+        }
+    }
+
+    // ANCHOR: release_pool
+    /// The last reference to a pool is gone: its free segments go back to the device now,
+    /// the others as their last block is freed.
+    fn release_pool(&mut self, owner: u64) {
+        self.released_pools.insert(owner);
+        self.unpark_all();
+        let segments: Vec<usize> =
+            self.segments.keys().copied().filter(|base| self.blocks[base].stream == owner).collect();
+        for base in segments {
+            self.release_segment_if_free(base);
+        }
+        if !self.segments.keys().any(|base| self.blocks[base].stream == owner) {
+            self.released_pools.remove(&owner);
+        }
+    }
+    // ANCHOR_END: release_pool
+
+    /// Bytes and blocks of one owner (a pool's, for `MemPool.memory_stats()`).
+    fn owner_stats(&mut self, owner: u64) -> PoolStats {
+        self.unpark_all();
+        let mut s = PoolStats::default();
+        for (&base, &len) in &self.segments {
+            if self.blocks[&base].stream != owner {
+                continue;
+            }
+            s.segments += 1;
+            s.reserved_bytes += len;
+            let mut at = Some(base);
+            while let Some(addr) = at {
+                let b = &self.blocks[&addr];
+                if b.allocated {
+                    s.allocated_blocks += 1;
+                    s.allocated_bytes += b.size;
+                    s.requested_bytes += b.requested;
+                }
+                at = b.next;
+            }
+        }
+        s
+    }
+
+    /// The segments (of one owner, if given) as snapshot data, tracebacks numbered into `contexts`.
+    fn segment_infos(&self, owner: Option<u64>, contexts: &mut history::Contexts) -> Vec<history::SegmentInfo> {
+        let mut bases: Vec<usize> = self
+            .segments
+            .keys()
+            .copied()
+            .filter(|base| owner.is_none_or(|o| self.blocks[base].stream == o))
+            .collect();
+        bases.sort_unstable();
+        bases
+            .into_iter()
+            .map(|base| {
+                let first = &self.blocks[&base];
+                let (stream, pool) = history::split_owner(first.stream);
+                let mut blocks = Vec::new();
+                let mut at = Some(base);
+                while let Some(addr) = at {
+                    let b = &self.blocks[&addr];
+                    let state = if b.allocated {
+                        "active_allocated"
+                    } else if !b.pending.is_empty() {
+                        "active_pending_free"
+                    } else {
+                        "inactive"
+                    };
+                    blocks.push(history::BlockInfo {
+                        address: addr,
+                        size: b.size,
+                        requested_size: b.requested,
+                        state,
+                        frames: contexts.add(&b.context),
+                    });
+                    at = b.next;
+                }
+                history::SegmentInfo {
+                    device: self.device,
+                    address: base,
+                    total_size: self.segments[&base],
+                    stream,
+                    pool,
+                    small: first.pool == SMALL,
+                    frames: contexts.add(&self.segment_contexts.get(&base).cloned()),
+                    blocks,
+                }
+            })
+            .collect()
+    }
 
     /// Statistics, with the inactive split blocks counted now (parked ones merged first).
     fn stats(&mut self) -> DeviceStats {
@@ -485,11 +680,14 @@ impl DeviceCache {
 }
 
 // ANCHOR: graph_pool
-/// Which free list a new block belongs to: its stream's, or while that stream captures a
-/// graph, the capture's memory pool's. Pool blocks are reused only by captures into the same
-/// pool, so a replay finds its memory as the capture left it.
-fn owner(stream: rt::Stream) -> u64 {
-    const POOL: u64 = 1 << 62;
+/// Which free list a new block belongs to: the pool of an open `use_mem_pool` block of this
+/// thread; while the stream captures a graph, the capture's pool; otherwise the stream's. Pool
+/// blocks are reused only by allocations routed to the same pool, so a replay finds its memory
+/// as the capture left it.
+fn owner(device: usize, stream: rt::Stream) -> u64 {
+    if let Some(pool) = pools::routed_pool(device) {
+        return POOL | pool;
+    }
     if rt::graph::any_capturing()
         && let Some(pool) = stream.capture_pool()
     {
@@ -510,7 +708,8 @@ pub(crate) fn device_malloc(device: i64, size: usize) -> Result<usize> {
         return Ok(0);
     }
     let stream = rt::current_stream(device)?;
-    with_cache(index, |c| c.malloc(size, owner(stream)))
+    let context = history::gather(false);
+    with_cache(index, |c| c.malloc(size, owner(index, stream), context))
 }
 
 /// The deleter of every device `DataPtr`. C++ calls it from destructors, so it cannot fail:
@@ -521,7 +720,10 @@ pub(crate) fn device_free(ptr: usize) {
             return;
         }
         match rt::device_of(ptr as *const u8) {
-            Some(device) => with_cache(device, |c| c.free(ptr)),
+            Some(device) => {
+                let context = history::gather(true);
+                with_cache(device, |c| c.free(ptr, context))
+            }
             None => _ = writeln!(std::io::stderr(), "openreg: free of {ptr:#x}, which is not device memory"),
         }
     });
@@ -616,6 +818,45 @@ pub(crate) fn device_memory_info(device: i64) -> Result<MemoryInfo> {
     let (free, total) = rt::memory_info(device)?;
     Ok(MemoryInfo { free, total })
 }
+
+/// One pool's memory (`MemPool.memory_stats()`).
+#[derive(Default, Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PoolStats {
+    pub segments: usize,
+    pub reserved_bytes: usize,
+    pub allocated_blocks: usize,
+    pub allocated_bytes: usize,
+    pub requested_bytes: usize,
+}
+
+pub(crate) fn pool_stats(pool: u64) -> Result<PoolStats> {
+    let (device, _) = pools::mem_pool_info(pool)?;
+    Ok(with_cache(device, |c| c.owner_stats(POOL | pool)))
+}
+
+// ANCHOR: snapshot
+/// The allocator's state and history on every device (one pool's only, if given): the data
+/// of `torch.openreg.memory._snapshot()`.
+pub(crate) fn snapshot(pool: Option<u64>) -> Result<history::Snapshot> {
+    let devices: Vec<usize> = match pool {
+        Some(p) => vec![pools::mem_pool_info(p)?.0],
+        None => (0..rt::DEVICE_COUNT).collect(),
+    };
+    let owner = pool.map(|p| POOL | p);
+    let mut contexts = history::Contexts::default();
+    let mut segments = Vec::new();
+    let mut traces: Vec<Vec<history::TraceInfo>> = (0..rt::DEVICE_COUNT).map(|_| Vec::new()).collect();
+    for device in devices {
+        // Under the lock, only copies and reference counts; symbolizing waits until it is free.
+        with_cache(device, |c| {
+            c.unpark_all();
+            segments.extend(c.segment_infos(owner, &mut contexts));
+            traces[device] = history::trace_infos(&c.trace, owner, &mut contexts);
+        });
+    }
+    Ok(history::Snapshot { segments, traces, tracebacks: contexts.symbolize() })
+}
+// ANCHOR_END: snapshot
 
 #[cfg(test)]
 mod tests;
