@@ -209,6 +209,17 @@ def profiler_bench() -> str:
     return "\n".join(out.splitlines()[1:]) + "\n"
 
 
+def memory_bench() -> str:
+    out = subprocess.run([PY, str(ROOT / "bench/memory.py")], check=True, cwd=ROOT,
+                         capture_output=True, text=True).stdout
+    return "\n".join(out.splitlines()[1:]) + "\n"
+
+
+def memory_snapshot() -> str:
+    return subprocess.run([PY, str(ROOT / "book-tests/memory_picture.py"), str(OUT / "memory-timeline.svg")],
+                          check=True, cwd=ROOT, capture_output=True, text=True).stdout
+
+
 def graphs_bench() -> str:
     out = subprocess.run([PY, str(ROOT / "bench/graphs.py")], check=True, cwd=ROOT,
                          capture_output=True, text=True).stdout
@@ -391,6 +402,12 @@ OUTPUTS = {
     "profiler-bench": (profiler_bench, ["bench/profiler.py", "bench/operators.py", "openreg/runtime/src/trace.rs",
                                         "openreg/runtime/src/stream.rs", "openreg/torch/csrc/runtime/Profiler.cpp",
                                         "openreg/torch/csrc/runtime/ActivityProfiler.cpp"]),
+    "memory-bench": (memory_bench, ["bench/memory.py", "bench/zoo.py", "openreg/python/tests/test_zoo.py",
+                                    "openreg/torch/src/runtime/allocator/history.rs",
+                                    "openreg/torch/csrc/runtime/DeviceAllocator.cpp", *KERNELS]),
+    "memory-snapshot": (memory_snapshot, ["book-tests/memory_picture.py", "openreg/python/tests/test_zoo.py",
+                                          "openreg/torch/src/runtime/allocator/history.rs",
+                                          "openreg/python/src/memory.rs"]),
     "graphs-bench": (graphs_bench, ["bench/graphs.py", "openreg/runtime/src/graph.rs", "openreg/runtime/src/stream.rs",
                                     "openreg/torch/csrc/runtime/Graph.cpp", *KERNELS]),
     "compile-code": (compile_code, ["openreg/python/torch_openreg/openreg/_inductor.py",

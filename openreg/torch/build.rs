@@ -12,8 +12,6 @@ fn main() {
         "csrc/Register.cpp",
         // Runtime: the C++ interfaces PyTorch's registries take.
         "csrc/runtime/DeviceAllocator.cpp",
-        "csrc/runtime/AllocatorConfig.cpp",
-        "csrc/runtime/MemoryHistory.cpp",
         "csrc/runtime/HostAllocator.cpp",
         "csrc/runtime/Guard.cpp",
         "csrc/runtime/Generator.cpp",

@@ -98,7 +98,7 @@ void register_serialization();
 void register_profiler();
 void register_activity_profiler();
 void register_graph();
-// AllocatorConfig.cpp
+// DeviceAllocator.cpp: PYTORCH_ALLOC_CONF
 void register_allocator_config();
 
 } // namespace openreg

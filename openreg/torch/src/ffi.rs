@@ -132,7 +132,7 @@ pub(crate) mod ffi {
         total: usize,
     }
 
-    /// `PYTORCH_ALLOC_CONF` as the device allocator uses it (csrc/runtime/AllocatorConfig.cpp).
+    /// `PYTORCH_ALLOC_CONF` as the device allocator uses it (the hook in csrc/runtime/DeviceAllocator.cpp).
     struct AllocatorSettings {
         max_split_size: usize,
         max_non_split_rounding: usize,

@@ -1,5 +1,5 @@
 //! The allocator's settings from `PYTORCH_ALLOC_CONF`, pushed by the C++ hook
-//! (`csrc/runtime/AllocatorConfig.cpp`) at registration and whenever the setting changes
+//! (`csrc/runtime/DeviceAllocator.cpp`) at registration and whenever the setting changes
 //! (`torch._C._accelerator_setAllocatorSettings`).
 
 use std::sync::Mutex;
