@@ -19,7 +19,7 @@ from zoo import sync, training_step  # noqa: E402
 from test_zoo import LANGUAGE, VISION, batch_for  # noqa: E402
 
 warnings.filterwarnings("ignore")
-ROUNDS = 15
+ROUNDS = {"gpt2": 60, "resnet10t": 15}  # a few seconds each
 MODES = {  # name: _record_memory_history arguments (None: not recording)
     "off": None,
     "python stacks": {"enabled": "all", "context": "all", "stacks": "python", "max_entries": 100_000},
@@ -54,7 +54,7 @@ def main():
             sync("openreg")
         times = {m: [] for m in MODES}
         cpu_times = []
-        for _ in range(ROUNDS):
+        for _ in range(ROUNDS[name]):
             start = time.perf_counter()
             cpu()
             cpu_times.append(time.perf_counter() - start)

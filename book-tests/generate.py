@@ -216,7 +216,7 @@ def memory_bench() -> str:
 
 
 def memory_snapshot() -> str:
-    return subprocess.run([PY, str(ROOT / "book-tests/memory_picture.py"), str(OUT / "memory-timeline.svg")],
+    return subprocess.run([PY, str(ROOT / "book-tests/memory_picture.py"), str(OUT)],
                           check=True, cwd=ROOT, capture_output=True, text=True).stdout
 
 

@@ -1,10 +1,13 @@
 """Records the allocation history of two training steps of the zoo's gpt2 on openreg
 (torch.openreg.memory._record_memory_history) and draws the snapshot's trace as an SVG
 (src/generated/memory-timeline.svg): the bytes held by live blocks over the allocator's
-events, with the memory reserved in segments above them. Prints PyTorch's own text views of the
-same snapshot (torch.cuda._memory_viz: segsum, and the first lines of trace).
+events, with the memory reserved in segments above them. Then profiles the same two steps with
+`profile_memory=True` and draws the timeline PyTorch's viewer derives from the profile
+(`_memory_viz._profile_to_snapshot`, what `profile_plot` shows) beside it
+(src/generated/memory-profile.svg). Prints PyTorch's own text views of the snapshot
+(torch.cuda._memory_viz: segsum, and the first lines of trace).
 
-Usage: python book-tests/memory_picture.py OUT.svg
+Usage: python book-tests/memory_picture.py OUT_DIR
 """
 
 import sys
@@ -20,20 +23,38 @@ from test_zoo import LANGUAGE, batch_for  # noqa: E402
 warnings.filterwarnings("ignore")
 
 
-def record() -> dict:
+def gpt2_steps():
     torch.manual_seed(0)
     model = LANGUAGE["gpt2"]().to("openreg").train()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     batch = {k: v.to("openreg") for k, v in batch_for("gpt2").items()}
+
+    def steps():
+        for _ in range(2):
+            optimizer.zero_grad()
+            model(**batch).loss.backward()
+            optimizer.step()
+        torch.openreg.synchronize()
+    return steps
+
+
+def record() -> dict:
+    steps = gpt2_steps()
     torch.openreg.memory._record_memory_history(max_entries=100_000, stacks="python")
-    for _ in range(2):
-        optimizer.zero_grad()
-        model(**batch).loss.backward()
-        optimizer.step()
-    torch.openreg.synchronize()
+    steps()
     snapshot = torch.openreg.memory._snapshot()
     torch.openreg.memory._record_memory_history(enabled=None)
     return snapshot
+
+
+def profiled() -> dict:
+    """The same steps under the profiler, as the snapshot PyTorch's viewer builds from it."""
+    steps = gpt2_steps()
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    with torch.profiler.profile(activities=activities, profile_memory=True, record_shapes=True,
+                                with_stack=True) as prof:
+        steps()
+    return _memory_viz._profile_to_snapshot(prof)
 
 
 def curves(snapshot):
@@ -59,9 +80,9 @@ def curves(snapshot):
     return out
 
 
-def svg(points, width=720, height=240) -> str:
+def svg(points, what, width=720, height=240) -> str:
     left, top, bottom = 70, 44, 30
-    top_value = max(r for _, r in points) * 1.05
+    top_value = max(max(p) if what[0] else p[0] for p in points) * 1.05
     x = lambda i: left + (width - left - 10) * i / max(1, len(points) - 1)
     y = lambda v: top + (height - top - bottom) * (1 - v / top_value)
     line = lambda k: " ".join(f"{x(i):.1f},{y(p[k]):.1f}" for i, p in enumerate(points))
@@ -72,18 +93,22 @@ def svg(points, width=720, height=240) -> str:
         for v in (0, mib / 3, 2 * mib / 3))
     return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif" '
             f'font-size="11">{ticks}'
-            f'<polyline fill="none" stroke="#f58518" stroke-width="1.5" points="{line(1)}"/>'
+            + (f'<polyline fill="none" stroke="#f58518" stroke-width="1.5" points="{line(1)}"/>'
+               f'<text x="{left}" y="14" fill="#f58518">{what[0]}</text>' if what[0] else '') +
             f'<polyline fill="none" stroke="#4c78a8" stroke-width="1.5" points="{line(0)}"/>'
-            f'<text x="{left}" y="14" fill="#f58518">reserved in segments</text>'
-            f'<text x="{left}" y="28" fill="#4c78a8">held by live blocks</text>'
-            f'<text x="{(width + left) / 2}" y="{height - 8}" text-anchor="middle">allocator events of two '
+            f'<text x="{left}" y="28" fill="#4c78a8">{what[1]}</text>'
+            f'<text x="{(width + left) / 2}" y="{height - 8}" text-anchor="middle">{what[2]} of two '
             f'training steps ({len(points)})</text></svg>\n')
 
 
 def main(out: Path):
     snapshot = record()
     trace = snapshot["device_traces"][0]
-    out.write_text(svg(curves(snapshot)))
+    (out / "memory-timeline.svg").write_text(
+        svg(curves(snapshot), ("reserved in segments", "held by live blocks", "allocator events")))
+    from_profile = profiled()
+    (out / "memory-profile.svg").write_text(
+        svg(curves(from_profile), (None, "held by live tensors", "profiler memory events")))
     model_frames = {f["name"] for e in trace if e["action"] == "alloc" for f in e["frames"]
                     if "transformers" in f["filename"]}
     print(_memory_viz.segsum(snapshot).split("\n\nLegend")[0].strip())

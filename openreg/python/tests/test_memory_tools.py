@@ -125,23 +125,20 @@ def viewer_snapshot(html):
 
 
 def test_the_viewer_renders_a_model_step_and_shows_the_models_allocations(history):
+    from test_zoo import LANGUAGE, batch_for, train_step
+
     torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10)).to("openreg")
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    x = torch.randn(32, 64, device="openreg")
-    loss = torch.nn.functional.cross_entropy(model(x), torch.zeros(32, dtype=torch.long, device="openreg"))
-    loss.backward()
-    optimizer.step()
+    train_step(LANGUAGE["gpt2"](), batch_for("gpt2"), "openreg")  # the zoo's gpt2, one SGD step
     snapshot = memory._snapshot()
     for plot in (_memory_viz.trace_plot, _memory_viz.segment_plot):
         html = plot(snapshot)
         assert "MemoryViz.js" in html
         shown = viewer_snapshot(html)
         frames = [f for e in shown["device_traces"][0] if e["action"] == "alloc" for f in e["frames"]]
-        # The forward's activations come from Linear.forward, in torch/nn/modules/linear.py.
-        assert any(f["name"] == "forward" and f["filename"].endswith("linear.py") for f in frames)
-        assert any(f["name"] == "test_the_viewer_renders_a_model_step_and_shows_the_models_allocations"
-                   for f in frames)
+        # Activations allocated by the model's own code: transformers' modeling_gpt2.py.
+        gpt2 = {f["name"] for f in frames if f["filename"].endswith("modeling_gpt2.py")}
+        assert {"forward"} <= gpt2, gpt2
+        assert any(f["name"] == "train_step" for f in frames)
     text = _memory_viz.trace(snapshot)
     assert "cudaMalloc" in text and "del " in text  # the viewer's words for segment_alloc and free
 # ANCHOR_END: viewer_test
@@ -269,6 +266,8 @@ def test_misuse_is_an_error():
     with pytest.raises(TypeError, match="expected a torch.openreg.MemPool, got tuple"):
         with torch.openreg.use_mem_pool(pool.id):
             pass
+    with pytest.raises(NotImplementedError, match=r"MemPool\(allocator=...\) is not supported on openreg"):
+        torch.openreg.MemPool(allocator=object())
     C = torch_openreg_C()
     with pytest.raises(ValueError, match="use_mem_pool blocks end innermost first"):
         C._end_allocate_to_pool(0, pool.id[1])

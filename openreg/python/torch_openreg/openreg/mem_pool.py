@@ -14,9 +14,14 @@ class MemPool:
     block, a graph that captured into it; blocks still held by tensors go back as they are
     freed."""
 
-    def __init__(self, device=None):
+    def __init__(self, allocator=None, use_on_oom=False, no_split=False, device=None):
         from . import _device_index
 
+        # CUDA's arguments, for code written against torch.cuda.MemPool.
+        for name, value in (("allocator", allocator), ("use_on_oom", use_on_oom), ("no_split", no_split)):
+            if value:
+                raise NotImplementedError(f"MemPool({name}=...) is not supported on openreg: its pools take "
+                                          "memory from the device's caching allocator")
         self._device = _device_index(device, optional=True)
         self._id = _C._mem_pool_create(self._device)
 

@@ -182,3 +182,36 @@ fn parked_blocks_merge_when_a_request_needs_the_room() {
     device_free(half);
     empty_cache();
 }
+
+#[test]
+fn requests_round_to_512_bytes_or_to_power_of_two_divisions() {
+    let mut s = settings::DEFAULT;
+    assert_eq!(s.round_size(1), 512);
+    assert_eq!(s.round_size(1_300_000), 1_300_480);
+    s.divisions[20] = 4; // [1 MiB, 2 MiB) in steps of 256 KiB
+    assert_eq!(s.round_size(1_300_000), 1_310_720);
+    assert_eq!(s.round_size(1 << 20), 1 << 20, "a power of two stays");
+    assert_eq!(s.round_size(3000), 3072, "other intervals are unchanged");
+}
+
+#[test]
+fn a_pool_block_serves_only_allocations_routed_to_the_pool() {
+    let _g = serial();
+    let pool = pools::mem_pool_create(1).unwrap();
+    pools::begin_allocate_to_pool(1, pool).unwrap();
+    let inside = device_malloc(1, 2000).unwrap();
+    pools::end_allocate_to_pool(1, pool).unwrap();
+    device_free(inside);
+    let outside = device_malloc(1, 2000).unwrap();
+    assert_ne!(outside, inside);
+    pools::begin_allocate_to_pool(1, pool).unwrap();
+    let again = device_malloc(1, 2000).unwrap();
+    pools::end_allocate_to_pool(1, pool).unwrap();
+    assert_eq!(again, inside);
+    assert_eq!(pool_stats(pool).unwrap().allocated_blocks, 1);
+    assert!(pools::begin_allocate_to_pool(0, pool).is_err(), "a pool of another device");
+    device_free(again);
+    device_free(outside);
+    pools::mem_pool_release(pool);
+    assert!(pool_stats(pool).is_err(), "released with its last reference");
+}
