@@ -409,3 +409,20 @@ def test_the_environment_variable_is_read_at_start(conf, effect):
     else:
         assert run.returncode != 0 and effect in run.stderr
         assert "frame #0" not in run.stderr.split("ImportError", 1)[1]  # the message, not a C++ backtrace
+
+
+def test_empty_cache_keeps_a_live_pools_memory_for_the_graph_that_replays_into_it():
+    side = torch.Stream(device="openreg")
+    x = torch.ones(1 << 16, device="openreg")
+    z = torch.empty(1 << 16, device="openreg")
+    g = torch.accelerator.Graph()
+    with side:
+        g.capture_begin()
+        z.copy_(x * 2)  # x * 2 lives in the pool and is freed inside the capture
+        g.capture_end()
+    torch.openreg.memory.empty_cache()  # the pool's segment is wholly free, and must stay
+    junk = [torch.full((1 << 16,), 7.0, device="openreg") for _ in range(16)]  # would take its memory
+    g.replay()
+    torch.accelerator.synchronize()
+    assert (z == 2).all().item()
+    assert all((j == 7.0).all().item() for j in junk)

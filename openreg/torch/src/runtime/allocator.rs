@@ -529,12 +529,15 @@ impl DeviceCache {
         let _ = rt::synchronize_device(self.device as i64);
         self.process_pending();
         self.unpark_all();
+        // A live pool keeps its segments: a graph's replay writes where its capture's freed
+        // blocks were. They go when the pool is released.
+        let live_pool = |owner: u64| owner >= POOL && !self.released_pools.contains(&owner);
         let whole: Vec<(usize, usize)> = self
             .segments
             .iter()
             .filter(|&(base, &len)| {
                 let b = &self.blocks[base];
-                b.size == len && !b.allocated && b.pending.is_empty()
+                b.size == len && !b.allocated && b.pending.is_empty() && !live_pool(b.stream)
             })
             .map(|(&base, &len)| (base, len))
             .collect();
