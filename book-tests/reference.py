@@ -58,6 +58,8 @@ CHAPTERS = [
     (f"{PACKAGE}/openreg/profiler.py", "profiler.md", "Profiler"),
     (f"{PACKAGE}/openreg/_dynamo.py", "compile.md", "torch.compile"),
     (f"{PACKAGE}/openreg/_inductor.py", "compile.md", "torch.compile"),
+    (f"{PACKAGE}/inductor_backend.py", "compile.md", "torch.compile"),
+    ("openreg/python/openreg_triton/*", "compile.md", "torch.compile"),
     (f"{PACKAGE}/openreg/_aoti.py", "export.md", "Export & deployment"),
     (f"{PACKAGE}/include/*", "export.md", "Export & deployment"),
     ("openreg/cpp/*", "export.md", "Export & deployment"),
@@ -70,6 +72,7 @@ ENVIRONMENT = {
     "OPENREG_FALLBACK_BLOCKLIST": "comma-separated operators the CPU fallback must refuse",
     "OPENREG_WARN_FALLBACK": "`1`: warn the first time each operator runs on the CPU",
     "OPENREG_NATIVE_KERNELS": "`0`: register no Rust kernels (everything falls back)",
+    "OPENREG_INDUCTOR": "Inductor's path for the device: `cpp` (the default: C++ kernels on the stream's worker) or `triton` (Triton kernels, in Triton's interpreter); read when the package is imported",
     "OCCL_SHM": "`0`: ranks on one host exchange bytes over TCP instead of shared memory",
     "OCCL_SOCKET_HOST": "the address other ranks use to reach this process (default: the interface that routes to `MASTER_ADDR`)",
 }

@@ -2,6 +2,7 @@
 aot_eager), graphs and graph breaks, guards on the device, dynamic shapes, training, autocast,
 the default device, and errors that match eager."""
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -349,3 +350,44 @@ def test_a_failing_cpp_compiler_surfaces_with_its_message(tmp_path):
     env = {**__import__("os").environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "cache")}
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600, env=env)
     assert run.stdout.split("\n")[:2] == ["CppCompileError True", "[2.0, 2.0]"], run.stdout + run.stderr[-2000:]
+
+
+# ANCHOR: patch_table
+def _replaced():
+    import torch_openreg.inductor_backend  # noqa: F401  (the C++ path registers its replacements)
+    from torch_openreg.openreg import _inductor
+
+    return _inductor.PATCHES
+
+
+@pytest.mark.parametrize("patch", _replaced(), ids=lambda p: f"{p.module}.{p.qualname}")
+def test_each_replaced_inductor_function_has_the_signature_it_was_checked_with(patch):
+    import inspect
+
+    owner, name = patch.owner_and_name()
+    assert getattr(getattr(owner, name), "openreg_original", None) is patch.original(), "installed"
+    assert str(inspect.signature(patch.original())) == patch.signature, (
+        f"{patch.module}.{patch.qualname} changed since torch {patch.checked_with}; the replacement "
+        f"may no longer do what it is for: {patch.why}")
+
+
+def test_each_replaced_inductor_function_still_answers_what_the_replacement_changes():
+    import types
+
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    originals = {f"{p.module}.{p.qualname}": p.original() for p in _replaced()}
+    node = types.SimpleNamespace(get_device=lambda: torch.device("openreg", 0))
+    assert originals["torch._inductor.scheduler.BaseSchedulerNode.is_cpu"](node) is False
+    assert originals["torch._inductor.utils.get_current_backend"]("openreg") == "triton"
+    assert originals["torch._inductor.codegen.common.get_current_backend"]("openreg") == "triton"
+    header = originals["torch._inductor.codecache._get_cpp_wrapper_header"]("openreg", aot_mode=True)
+    assert header == "torch/csrc/inductor/aoti_include/openreg.h"
+    assert not os.path.exists(os.path.join(os.path.dirname(torch.__file__), "include", header)), "the wheel has none"
+    x, w = torch.randn(8, 64, 32, 32, device="openreg"), torch.randn(64, 64, 3, 3, device="openreg")
+    graph = make_fx(lambda x, w: torch.nn.functional.conv2d(x, w).relu(), tracing_mode="fake")(x, w)
+    assert originals["torch._inductor.graph.GraphLowering.decide_layout_opt"](graph, is_inference=True) is True
+    from torch._inductor.graph import GraphLowering
+
+    assert GraphLowering.decide_layout_opt(graph, is_inference=True) is False, "replaced for openreg"
+# ANCHOR_END: patch_table

@@ -9,7 +9,15 @@ import ctypes
 import os
 import time
 
-import torch
+
+# ANCHOR: triton_interpret
+# Inductor's Triton path (OPENREG_INDUCTOR=triton) runs kernels in Triton's interpreter. Triton
+# decides when a function is defined, its own library included: before anything imports triton.
+if os.environ.get("OPENREG_INDUCTOR") == "triton":
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+# ANCHOR_END: triton_interpret
+
+import torch  # noqa: E402  (after the Triton setting)
 
 from ._version import TORCH_VERSION
 
@@ -84,3 +92,4 @@ atexit.register(_let_autograd_threads_finish)
 def _autoload():
     """Entry point for ``torch.backends``: importing this package did all the work."""
 # ANCHOR_END: autoload
+

@@ -166,9 +166,7 @@ _dynamo.install()  # torch.compile finds the device once Dynamo loads (see _dyna
 
 def _inductor_backend_init() -> None:
     """Inductor's vendor hook: called once, the first time Inductor compiles for openreg."""
-    from . import _inductor
-
-    _inductor.init()
+    import torch_openreg.inductor_backend  # noqa: F401  (registers on import)
 
 __all__ = [
     "current_device",

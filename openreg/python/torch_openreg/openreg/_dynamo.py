@@ -74,6 +74,13 @@ def _interface():
             return ""  # one kind of device: nothing to tell apart
 
         @staticmethod
+        def is_triton_capable(device=None) -> bool:
+            # Triton can run kernels for the device when it has found our backend plugin.
+            from triton.backends import backends
+
+            return "openreg" in backends
+
+        @staticmethod
         def is_bf16_supported(including_emulation: bool = False) -> bool:
             return True
 
@@ -84,10 +91,13 @@ def _interface():
             import hashlib
             from pathlib import Path
 
+            from torch_openreg import inductor_backend
+
             here = Path(__file__).parent
             codegen = b"".join(p.read_bytes() for p in (
-                here / "_inductor.py", here / "_aoti.py", here.parent / "include" / "openreg_aoti.h"))
-            return {"device": "openreg", "torch": openreg._C._torch_version,
+                here / "_inductor.py", here / "_aoti.py", here.parent / "include" / "openreg_aoti.h",
+                here.parent / "inductor_backend.py", *sorted((here.parent.parent / "openreg_triton").glob("*.py"))))
+            return {"device": "openreg", "torch": openreg._C._torch_version, "path": inductor_backend.selected_path(),
                     "codegen": hashlib.sha256(codegen).hexdigest()[:16]}
 
     return OpenRegInterface

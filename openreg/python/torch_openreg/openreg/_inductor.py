@@ -1,15 +1,18 @@
-"""Inductor for openreg: ``torch.compile``'s default backend generates C++ kernels for the device.
+"""Inductor's C++ path for openreg: the CPU's C++ kernels, launched on the device's stream.
 
-Inductor calls ``torch.openreg._inductor_backend_init()`` the first time it compiles for the
-device. We reuse Inductor's C++ code generation (the CPU's: our device computes on the host's
-cores) and change what happens around a kernel: it is compiled into a plain C library, and the
+The path for a device whose memory is host memory (``OPENREG_INDUCTOR=cpp``, the default; the
+Triton path is in ``torch_openreg.inductor_backend``). We reuse Inductor's C++ code generation
+and change what happens around a kernel: it is compiled into a plain C library, and the
 generated wrapper calls it through a launcher that hands the runtime's read/write view of each
 tensor's memory to the kernel and runs it on the current stream's worker, in order with all
-other device work. Outputs are allocated by the wrapper with ``torch.empty_strided(...,
-device="openreg")``: our caching allocator.
+other device work. Inductor has no public hook for four things this path needs; ``PATCHES``
+lists them, and they act only while this path is the one registered for the device.
 """
 
 import ctypes
+import functools
+import importlib
+import inspect
 
 import torch
 
@@ -21,47 +24,58 @@ from ._aoti import cpp_wrapper_class, kernel_entry_declaration
 class CompiledKernel:
     """What the generated wrapper calls: a compiled C kernel, launched on the device."""
 
+    # A kernel touching fewer elements runs on one thread: an OpenMP team's start and join
+    # cost more than they save there (bench/compile.py measures both sides of this).
+    TEAM_FROM_ELEMENTS = 1 << 20
+
     def __init__(self, arg_types, compiled):
         bad = [t for t in arg_types if not (t.endswith("*") or "int64_t" in t)]
         if bad:
             raise NotImplementedError(f"openreg kernels take pointers and int64_t sizes, not {bad}")
         self.compiled = compiled  # a ctypes function, or a future of one
         self.address = None
+        self.team = torch.get_num_threads()
 
     def __call__(self, *args):
         if self.address is None:
             function = self.compiled.result() if hasattr(self.compiled, "result") else self.compiled
             self.address = ctypes.cast(function, ctypes.c_void_p).value
+        elements = sum(a.numel() for a in args if isinstance(a, torch.Tensor))
+        threads = self.team if elements >= self.TEAM_FROM_ELEMENTS else 1
         _C._launch_compiled(self.address, [
             (True, a.data_ptr(), a.untyped_storage().data_ptr(), a.untyped_storage().nbytes())
             if isinstance(a, torch.Tensor) else (False, int(a), 0, 0)
             for a in args
-        ])
+        ] + [(False, threads, 0, 0)])
 # ANCHOR_END: launcher
 
 
 # ANCHOR: barrier
-def exception_barrier(name: str, arg_types, body: str = "kernel_body", entry: str = "kernel") -> str:
+def exception_barrier(name: str, arg_types, body: str = "kernel_body", entry: str = "kernel",
+                      threads_argument: bool = True) -> str:
     """The C function the launcher calls, around Inductor's kernel (renamed `kernel_body`).
     Generated C++ throws on a failed check (an indirect index out of bounds, an integer
     division by zero); an exception that unwinds into the Rust stream worker aborts the
     process. This function never throws: it returns 0, or the failure's class (2 for an index
     out of bounds, which eager code raises as IndexError, 1 otherwise) with its message, which
     the stream reports at the next synchronize. The arguments (pointers and int64 sizes)
-    arrive as one array, so one Rust call covers every kernel."""
+    arrive as one array, so one Rust call covers every kernel; the launcher appends the number
+    of threads for this launch (`threads_argument`), a packaged model's kernels run on one."""
     args = ", ".join(f"({t})(args[{i}])" for i, t in enumerate(arg_types))
     where = f" (compiled kernel {name})"
+    # Kernels run on a stream's worker thread, between our own multi-threaded kernels (gemm,
+    # reductions). OpenMP's team size is the calling thread's: set it when it differs.
+    wanted = f"static_cast<int>(args[{len(arg_types)}])" if threads_argument else "1"
+    threads = f"""  const int threads = {wanted};
+  if (omp_get_max_threads() != threads) omp_set_num_threads(threads);
+"""
     return f"""
 #include <cstdlib>
 #include <cstring>
 #include <string>
 #include <omp.h>
 extern "C" int {entry}(const uint64_t* args, char** message) noexcept {{
-  // Kernels run on a stream's worker thread, between our own multi-threaded kernels (gemm,
-  // reductions). An OpenMP team started here would keep spinning on the cores those need.
-  static thread_local const bool serial = (omp_set_num_threads(1), true);
-  (void)serial;
-  try {{
+{threads}  try {{
     {body}({args});
     return 0;
   }} catch (const std::exception& e) {{
@@ -89,22 +103,13 @@ extern "C" int {entry}(const uint64_t* args, char** message) noexcept {{
 # ANCHOR_END: barrier
 
 
-def get_raw_stream(device_index: int) -> int:
-    return torch.accelerator.current_stream(device_index).native_handle
-
-
 # ANCHOR: init
-def init() -> None:
+@functools.cache
+def scheduling():
+    """Inductor's C++ scheduling, with kernels compiled into a plain C library and launched."""
     from torch._inductor import config
-    from torch._inductor.codegen.common import (
-        DeviceOpOverrides,
-        register_backend_for_device,
-        register_device_op_overrides,
-    )
-    from torch._inductor.codegen.cpp import CppScheduling
-    from torch._inductor.codegen.cpp_utils import DTYPE_TO_CPP  # noqa: F401  (imports cpp codegen)
     from torch._inductor.codegen.common import IndentedBuffer
-    from torch._inductor.codegen.wrapper import PythonWrapperCodegen
+    from torch._inductor.codegen.cpp import CppScheduling
     from torch._inductor.utils import Placeholder, get_fused_kernel_name
     from torch._inductor.virtualized import V
 
@@ -127,7 +132,7 @@ def init() -> None:
             if V.graph.cpp_wrapper:
                 # AOTInductor: the kernel and its entry point go into the model's C++; the
                 # wrapper launches the entry point through the backend (_aoti.py).
-                barrier = exception_barrier(name, arg_types, body=body_name, entry=name)
+                barrier = exception_barrier(name, arg_types, body=body_name, entry=name, threads_argument=False)
                 wrapper.define_kernel(name, source + barrier, gpu=False,
                                       cpp_definition=kernel_entry_declaration(name))
                 return name
@@ -139,130 +144,130 @@ def init() -> None:
             wrapper.define_kernel(name, body.getvalue(), gpu=False)
             return name
     # ANCHOR_END: scheduling
+    return OpenRegScheduling
+# ANCHOR_END: init
 
-    class OpenRegWrapperCodegen(PythonWrapperCodegen):
-        """The Python wrapper, with kernel calls for the device."""
 
-        @staticmethod
-        def create(is_subgraph, subgraph_name, parent_wrapper, partition_signatures=None):
-            if is_subgraph:
-                raise NotImplementedError("openreg: Inductor subgraphs are not supported")
-            return OpenRegWrapperCodegen()
+# ANCHOR: register
+def register(wrapper_codegen, device_op_overrides) -> None:
+    """Registers the C++ path for the device, and the replacements PATCHES lists."""
+    from torch._inductor.codegen.common import register_backend_for_device, register_device_op_overrides
 
-        def make_allocation(self, name, device, dtype, shape, stride, allocation_shape=None, is_pinned=False):
-            # Inductor names only the device type and relies on a device guard, which it
-            # writes for GPU-class devices only: name the index instead.
-            line = super().make_allocation(name, device, dtype, shape, stride, allocation_shape, is_pinned)
-            if device.type == "openreg" and device.index is not None:
-                line = line.replace("device='openreg'", f"device='{device}'")
-            return line
+    register_backend_for_device("openreg", scheduling(), wrapper_codegen, cpp_wrapper_class())
+    register_device_op_overrides("openreg", device_op_overrides)
+    for patch in PATCHES:
+        patch.install()
 
-        def _generate_kernel_call_helper(self, kernel_name, call_args, *, device=None, triton=True, **kwargs):
-            device = device or V.graph.get_current_device_or_throw()
-            if device.type == "openreg" and not triton:
-                self.writeline(self.wrap_kernel_call(kernel_name, call_args))
-                return
-            super()._generate_kernel_call_helper(kernel_name, call_args, device=device, triton=triton, **kwargs)
 
-    class OpenRegDeviceOpOverrides(DeviceOpOverrides):
-        """The snippets the wrapper writes for the device."""
+def active() -> bool:
+    """Whether the C++ path is the one registered for the device (the patches act only then)."""
+    from torch._inductor.codegen.common import get_scheduling_for_device
 
-        def import_get_raw_stream_as(self, name):
-            return f"from torch_openreg.openreg._inductor import get_raw_stream as {name}"
+    return get_scheduling_for_device("openreg") is scheduling()
+# ANCHOR_END: register
 
-        def set_device(self, device_idx):
-            return f"torch.openreg.set_device({device_idx})"
 
-        def synchronize(self):
-            return "torch.openreg.synchronize()"
+# ANCHOR: patches
+class Patch:
+    """One function internal to Inductor that the C++ path replaces, for openreg only.
 
-        def device_guard(self, device_idx):
-            return f"torch.openreg.device({device_idx})"
+    `signature` is the original's, as checked against torch `checked_with`; the test suite
+    (test_compile.py) fails when the installed torch's differs, or when the original's answer
+    for openreg (which the replacement exists to change) is no longer what `why` says."""
 
-        def aten_device_type(self):
-            return "at::kPrivateUse1"
+    checked_with = "2.15.0"
 
-        def cpp_kernel_type(self):
-            # AOTInductor's kernel table: our kernels are plain C functions, as the CPU's.
-            return "void*"
+    def __init__(self, module: str, qualname: str, signature: str, why: str, make):
+        self.module, self.qualname, self.signature, self.why, self.make = module, qualname, signature, why, make
 
-    register_backend_for_device("openreg", OpenRegScheduling, OpenRegWrapperCodegen, cpp_wrapper_class())
-    register_device_op_overrides("openreg", OpenRegDeviceOpOverrides())
+    def owner_and_name(self):
+        owner = importlib.import_module(self.module)
+        *path, name = self.qualname.split(".")
+        for part in path:
+            owner = getattr(owner, part)
+        return owner, name
 
-    # Inductor's scheduler picks its fusion rules by `node.is_cpu()`, which means "device type
-    # cpu"; our kernels are the CPU's C++ kernels, so they need the CPU's rules (the others
-    # assume GPU-style loop groups and fail). This and the three below replace functions
-    # internal to Inductor, which may change in any release: they are tested with torch 2.15.
-    from torch._inductor.scheduler import BaseSchedulerNode
+    def original(self):
+        owner, name = self.owner_and_name()
+        function = inspect.getattr_static(owner, name)
+        function = getattr(function, "__func__", function)
+        return getattr(function, "openreg_original", function)
 
+    def install(self) -> None:
+        owner, name = self.owner_and_name()
+        current = inspect.getattr_static(owner, name)
+        if getattr(getattr(current, "__func__", current), "openreg_original", None) is not None:
+            return
+        original = getattr(current, "__func__", current)
+        replacement = self.make(original)
+        replacement.openreg_original = original
+        setattr(owner, name, staticmethod(replacement) if isinstance(current, staticmethod) else replacement)
+
+
+def _is_cpu(original):
     def is_cpu(node) -> bool:
         device = node.get_device()
-        return device is not None and device.type in ("cpu", "openreg")
+        if device is not None and device.type == "openreg" and active():
+            return True
+        return original(node)
 
-    BaseSchedulerNode.is_cpu = is_cpu
-
-    # Inductor names a device's kernel language by device type: "cpp" for cpu, and
-    # config.cuda_backend ("triton") for a type it does not know. Its type propagation and
-    # float16 handling follow that name, so for our C++ kernels it must say "cpp".
-    import torch._inductor.codegen.common as common
-    import torch._inductor.utils as utils
-
-    for module in (utils, common):
-        if not getattr(module.get_current_backend, "openreg", False):
-            module.get_current_backend = _cpp_for_openreg(module.get_current_backend)
-
-    # Inductor's layout optimization turns a graph with convolutions channels-last by GPU
-    # heuristics (GraphLowering.decide_layout_opt). Our convolution kernel computes on
-    # contiguous tensors and would copy each channels-last input and weight back on every call:
-    # keep openreg graphs in the layout their tensors have.
-    from torch._inductor.graph import GraphLowering
-
-    if not getattr(GraphLowering.decide_layout_opt, "openreg", False):
-        GraphLowering.decide_layout_opt = staticmethod(_no_layout_opt_for_openreg(GraphLowering.decide_layout_opt))
-
-    # AOTInductor precompiles the header torch ships for the device (aoti_include/<device>.h);
-    # the wheel has none for an out-of-tree device. Ours is torch's common part plus our shim,
-    # which the generated code carries inline: precompile the common part.
-    import torch._inductor.codecache as codecache
-
-    if not getattr(codecache._get_cpp_wrapper_header, "openreg", False):
-        codecache._get_cpp_wrapper_header = _common_header_for_openreg(codecache._get_cpp_wrapper_header)
+    return is_cpu
 
 
-def _cpp_for_openreg(get_current_backend):
-    """get_current_backend, answering "cpp" for openreg."""
-    from torch._inductor.virtualized import V
+def _get_current_backend(original):
+    def get_current_backend(device_type=None):
+        from torch._inductor.virtualized import V
 
-    def wrapped(device_type=None):
         device_type = device_type or V.graph.get_current_device_or_throw().type
-        return "cpp" if device_type == "openreg" else get_current_backend(device_type)
+        if device_type == "openreg" and active():
+            return "cpp"
+        return original(device_type)
 
-    wrapped.openreg = True
-    return wrapped
-
-
-def _no_layout_opt_for_openreg(decide_layout_opt):
-    """decide_layout_opt, answering False for a graph whose tensors are on openreg."""
-
-    def wrapped(gm, *, is_inference):
-        for node in gm.graph.nodes:
-            value = node.meta.get("val")
-            if isinstance(value, torch.Tensor) and value.device.type == "openreg":
-                return False
-        return decide_layout_opt(gm, is_inference=is_inference)
-
-    wrapped.openreg = True
-    return wrapped
+    return get_current_backend
 
 
-def _common_header_for_openreg(get_cpp_wrapper_header):
-    """_get_cpp_wrapper_header, answering torch's common AOTInductor header for openreg."""
+def _decide_layout_opt(original):
+    def decide_layout_opt(gm, *, is_inference):
+        if active():
+            for node in gm.graph.nodes:
+                value = node.meta.get("val")
+                if isinstance(value, torch.Tensor) and value.device.type == "openreg":
+                    return False
+        return original(gm, is_inference=is_inference)
 
-    def wrapped(device, aot_mode=False):
-        if device.split(":")[0] == "openreg":
+    return decide_layout_opt
+
+
+def _get_cpp_wrapper_header(original):
+    def get_cpp_wrapper_header(device, aot_mode=False):
+        if device.split(":")[0] == "openreg" and active():
             return "torch/csrc/inductor/aoti_include/common.h"
-        return get_cpp_wrapper_header(device, aot_mode=aot_mode)
+        return original(device, aot_mode=aot_mode)
 
-    wrapped.openreg = True
-    return wrapped
-# ANCHOR_END: init
+    return get_cpp_wrapper_header
+
+
+PATCHES = [
+    Patch("torch._inductor.scheduler", "BaseSchedulerNode.is_cpu", "(self) -> 'bool'",
+          "The scheduler picks its fusion rules by node.is_cpu(), which means device type cpu. Our "
+          "kernels are the CPU's C++ kernels and need the CPU's rules (the GPU rules assume loop "
+          "groups the C++ kernels do not have, and fail). Answers True for openreg nodes.", _is_cpu),
+    Patch("torch._inductor.utils", "get_current_backend", "(device_type: 'str | None' = None) -> 'str'",
+          "Inductor names a device's kernel language by device type: cpp for cpu, and "
+          "config.cuda_backend (triton) for a type it does not know. Type propagation and float16 "
+          "handling follow the name. Answers cpp for openreg.", _get_current_backend),
+    Patch("torch._inductor.codegen.common", "get_current_backend",
+          "(device_type: 'str | None' = None) -> 'str'",
+          "The same function, imported by name into the code generator's common module.",
+          _get_current_backend),
+    Patch("torch._inductor.graph", "GraphLowering.decide_layout_opt",
+          "(gm: 'GraphModule', *, is_inference: 'bool') -> 'bool'",
+          "Layout optimization turns a graph with convolutions channels-last by GPU heuristics. Our "
+          "convolution kernel computes on contiguous tensors and would copy each channels-last input "
+          "back on every call. Answers False for a graph whose tensors are on openreg.", _decide_layout_opt),
+    Patch("torch._inductor.codecache", "_get_cpp_wrapper_header", "(device: 'str', aot_mode: 'bool' = False) -> 'str'",
+          "AOTInductor precompiles the header torch ships for the device (aoti_include/<device>.h); the "
+          "wheel has none for an out-of-tree device. Ours is torch's common part plus our shim, which "
+          "the generated code carries inline. Answers the common header for openreg.", _get_cpp_wrapper_header),
+]
+# ANCHOR_END: patches
