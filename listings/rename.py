@@ -68,6 +68,8 @@ def rename(crate: Path, name: str, display: str) -> list:
     if (package / "openreg.py").exists():
         (package / "openreg.py").rename(package / f"{name}.py")
     (crate / "csrc" / "OpenReg.h").rename(crate / "csrc" / f"{display}.h")
+    if (crate / "openreg_triton").is_dir():  # the Triton backend plugin (listings/compile)
+        (crate / "openreg_triton").rename(crate / f"{name}_triton")
     return changed
 
 

@@ -120,7 +120,7 @@ def test_the_compile_chapters_error_table_is_what_the_crates_tests_produce():
     source = (ROOT / "listings/compile/tests/test_compile.py").read_text()
     [missing] = [node.value for node in ast.parse(source).body
                  if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "MISSING"]
-    errors = [ast.literal_eval(value)[1] for value in missing.values]
+    errors = [ast.literal_eval(value.elts[1]) for value in missing.values]
     chapter = (ROOT / "src/compile.md").read_text()
     table = chapter.split("### When a piece is missing", 1)[1].split("```", 1)[0]
     rows = [line for line in table.splitlines() if line.startswith("| `")]

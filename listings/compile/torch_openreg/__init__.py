@@ -1,6 +1,15 @@
 """OpenReg at the "torch.compile" stage: Dynamo's device interface and an Inductor backend."""
 
-import torch
+import os
+
+# ANCHOR: triton_interpret
+# Inductor's Triton kernels for this device run in Triton's interpreter, which Triton chooses
+# when a kernel function is defined, its own library included: before anything imports triton.
+# (A device with a Triton compiler of its own sets nothing here.)
+os.environ.setdefault("TRITON_INTERPRET", "1")
+# ANCHOR_END: triton_interpret
+
+import torch  # noqa: E402  (after the Triton setting)
 
 import torch_openreg._C  # registers allocator, guard and operators
 import torch_openreg.openreg
