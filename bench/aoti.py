@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "openreg" / "cpp"))
 import build_example  # noqa: E402
 
-from compile import per_call  # noqa: E402  (bench/compile.py: median time per call)
+from compile import per_call  # noqa: E402  (bench/compile.py: median times per call, interleaved)
 
 
 def mlp(width=256):
@@ -76,10 +76,12 @@ def main():
                 device_path = package(device_model, xd, directory / "openreg.pt2")
                 cpu_runner = torch._inductor.aoti_load_package(cpu_path)
                 device_runner = torch._inductor.aoti_load_package(device_path)
-                calls = max(5, int(2e-2 / max(per_call(lambda: device_runner(xd), sync, 3, 1), 1e-6)))
-                eager = per_call(lambda: device_model(xd), sync, calls)
-                packaged = per_call(lambda: device_runner(xd), sync, calls)
-                cpu_packaged = per_call(lambda: cpu_runner(x), lambda: None, calls)
+                once = per_call({"package": lambda: device_runner(xd)}, sync, 3, 1)["package"]
+                calls = max(5, int(2e-2 / max(once, 1e-6)))
+                measured = per_call({"eager": lambda: device_model(xd), "package": lambda: device_runner(xd)},
+                                    sync, calls)
+                eager, packaged = measured["eager"], measured["package"]
+                cpu_packaged = per_call({"cpu": lambda: cpu_runner(x)}, lambda: None, calls)["cpu"]
             torch.save([x], directory / "inputs.pt")
             repeat = max(50, calls * 7)
             cpp = cpp_median_us(binary, device_path, directory / "inputs.pt", directory, repeat)
