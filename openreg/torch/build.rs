@@ -50,6 +50,8 @@ fn main() {
         "csrc/operators/LSTM.cpp",
         "csrc/operators/Normalization.cpp",
         "csrc/operators/Pooling.cpp",
+        "csrc/operators/Upsample.cpp",
+        "csrc/operators/WeightNorm.cpp",
         "csrc/operators/Padding.cpp",
         "csrc/operators/PointwiseOps.cpp",
         "csrc/operators/Loss.cpp",

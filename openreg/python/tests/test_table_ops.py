@@ -3,6 +3,8 @@ and linalg.qr: each against CPU over the correctness matrix (dtypes, strides, tr
 broadcasting, out=, in-place, empty, 0-dim, both devices), with no fallback for the dtypes
 the formulas compute in."""
 
+import re
+
 import pytest
 import torch
 
@@ -38,6 +40,7 @@ UNARY = {
     "clamp": lambda x: torch.clamp(x, -1.0, 2.0), "clamp_lower": lambda x: torch.clamp(x, min=0.5),
     "clamp_upper": lambda x: torch.clamp(x, max=-0.5), "clamp_crossed": lambda x: torch.clamp(x, 1.0, -1.0),
     "elu": lambda x: torch.nn.functional.elu(x, alpha=0.8), "selu": torch.nn.functional.selu,
+    "floor": torch.floor, "ceil": torch.ceil, "trunc": torch.trunc, "log2": lambda x: torch.log2(x.abs()),
 }
 
 
@@ -182,6 +185,35 @@ def test_other_dtypes_and_bad_input_go_to_cpu_kernels():
         torch.ones(3).openreg() < torch.ones(4).openreg()
     # A NaN bound is CPU's NaN result.
     assert torch.isnan(torch.clamp_min(torch.ones(3).openreg(), float("nan")).cpu()).all()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("name", ["floor", "ceil", "trunc", "log2"])
+def test_rounding_and_log2_out_in_place_integers_and_errors(name, device):
+    fn = getattr(torch, name)
+    cpu, dev = inputs((4, 6), torch.float32, device, seed=7)
+    cpu[0, :3], dev[0, :3] = torch.tensor([float("nan"), float("inf"), -0.0]), torch.tensor([float("nan"), float("inf"), -0.0])
+    torch.openreg.reset_fallback_counts()
+    out = torch.empty(0, device=device)
+    assert fn(dev, out=out) is out
+    in_place = dev.clone()
+    getattr(in_place, name + "_")()
+    # Integers: rounding keeps the dtype (a copy), log2 promotes to float, as on CPU.
+    ints_cpu = torch.arange(-5, 7).reshape(3, 4)
+    ints = fn(ints_cpu.to(device))
+    assert torch.openreg.fallback_counts() == {}, name
+    torch.testing.assert_close(out.cpu(), fn(cpu), equal_nan=True)
+    torch.testing.assert_close(in_place.cpu(), fn(cpu), equal_nan=True)
+    torch.testing.assert_close(ints.cpu(), fn(ints_cpu), equal_nan=True)
+    assert ints.dtype == fn(ints_cpu).dtype
+    if name != "log2":
+        # A bool is CPU's error, from CPU's kernel.
+        with pytest.raises(RuntimeError) as expected:
+            fn(torch.ones(2, dtype=torch.bool))
+        with pytest.raises(type(expected.value), match=re.escape(str(expected.value).split("'")[0])):
+            fn(torch.ones(2, dtype=torch.bool, device=device))
+    with pytest.raises(RuntimeError, match="Found dtype Long but expected Float|result type Float can't be cast"):
+        fn(dev, out=torch.empty(4, 6, dtype=torch.long, device=device))
 
 
 @pytest.mark.parametrize("shape", [(5, 3), (3, 5), (4, 4), (2, 6, 4), (0, 3)])

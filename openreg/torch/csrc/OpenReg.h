@@ -65,6 +65,8 @@ void register_pointwise_ops();
 void register_table_ops();
 void register_linalg();
 void register_indexing();
+void register_upsample();
+void register_weight_norm();
 void register_sorting();
 void register_summary_ops();
 void register_reductions();

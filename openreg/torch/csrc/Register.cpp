@@ -58,6 +58,8 @@ void register_all() {
     register_nll_loss();
     register_normalization();
     register_pooling();
+    register_upsample();
+    register_weight_norm();
     register_padding();
     register_compound_pointwise();
     register_losses();

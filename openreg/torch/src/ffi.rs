@@ -28,6 +28,8 @@ use crate::operators::kernels::nll_loss::{nll_loss_backward, nll_loss_forward};
 use crate::operators::kernels::norm::launch_norm;
 use crate::operators::kernels::optim::{launch_amp_unscale, launch_amp_update_scale, launch_fused_step};
 use crate::operators::kernels::pooling::launch_pool;
+use crate::operators::kernels::nonzero::launch_nonzero;
+use crate::operators::kernels::upsample::launch_resize;
 use crate::operators::kernels::random::{launch_multinomial, launch_random, launch_randperm};
 use crate::operators::kernels::reduce::launch_reduction;
 use crate::operators::kernels::rnn::launch_rnn_cell;
@@ -274,6 +276,11 @@ pub(crate) mod ffi {
         /// (self, vec1, vec2): `scalar * self + scalar2 * vec1 * vec2`, self ignored when
         /// `scalar` (beta) is 0.
         Addr,
+        /// Rounding (a copy for integers) and the base-2 logarithm.
+        Floor,
+        Ceil,
+        Trunc,
+        Log2,
     }
 
     /// A reduction of the Rust kernels (`kernels/reduce.rs`).
@@ -390,6 +397,28 @@ pub(crate) mod ffi {
         dilation: [i64; 3],
         count_include_pad: bool,
         divisor: i64,
+    }
+
+    /// A 2-D resize (`kernels/upsample.rs`): interpolate's "nearest", "nearest-exact" and
+    /// "bilinear" modes.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    enum Resize {
+        Nearest,
+        NearestExact,
+        Bilinear,
+    }
+
+    /// `planes` contiguous [height, width] planes of `input` size resized to `output` size;
+    /// `scales`: the factors the caller gave (`scales_h`, `scales_w`), 0 when absent.
+    /// Backward: the output-sized gradient in, the input-sized gradient out.
+    #[derive(Debug, Clone, Copy)]
+    struct ResizeShape {
+        planes: i64,
+        input: [i64; 2],
+        output: [i64; 2],
+        scales: [f64; 2],
+        align_corners: bool,
+        backward: bool,
     }
 
     /// Scaled dot-product attention (`kernels/attention.rs`) over `[batch, heads, rows, dim]`
@@ -694,6 +723,11 @@ pub(crate) mod ffi {
         fn launch_norm(op: Norm, shape: NormShape, operands: &[Dense], device: i64) -> Result<bool>;
         /// `operands` in `kernels/pooling.rs`'s order; false if a dtype is not ours.
         fn launch_pool(op: Pool, shape: PoolShape, operands: &[Dense], device: i64) -> Result<bool>;
+        /// `out` (backward: the input-sized gradient) from `input`; false if a dtype is not ours.
+        fn launch_resize(mode: Resize, shape: ResizeShape, out: Dense, input: Dense, device: i64) -> Result<bool>;
+        /// The coordinates of a contiguous bool `mask` of `sizes`'s `count` true elements, into
+        /// a contiguous int64 `[count, sizes.len()]` `out`.
+        fn launch_nonzero(mask: Dense, sizes: &[i64], out: Dense, count: i64, device: i64) -> Result<()>;
         /// Attention's forward (operands: out, lse | q, k, v) or backward (dq, dk, dv | grad_out,
         /// q, k, v, out, lse); `mask` absent (address 0), boolean or additive. False: not ours.
         fn launch_attention(backward: bool, shape: AttentionShape, operands: &[Dense], mask: Dense, device: i64) -> Result<bool>;

@@ -18,6 +18,7 @@
 #include <ATen/native/Resize.h>
 #include <torch/library.h>
 
+#include <limits>
 #include <vector>
 
 namespace openreg {
@@ -347,6 +348,38 @@ at::Tensor& masked_scatter_(at::Tensor& self, const at::Tensor& mask, const at::
   return self;
 }
 
+// ANCHOR: nonzero
+// nonzero's output size is the number of true elements, which only the values tell: the count
+// is a device reduction copied to the host (which waits for the stream, as CUDA's nonzero
+// does), and then the kernel writes the coordinates on the stream.
+at::Tensor& nonzero_out(const at::Tensor& self, at::Tensor& out) {
+  check_devices("nonzero.out", {{"self", &self}, {"out", &out}});
+  TORCH_CHECK(out.scalar_type() == at::kLong, "nonzero: Expected out tensor to have scalar type Long "
+              "but got scalar type", out.scalar_type());
+  TORCH_CHECK(self.numel() < std::numeric_limits<int>::max(), "nonzero is not supported for tensors "
+              "with more than INT_MAX elements, but got input of size ", self.numel());
+  at::assert_no_internal_overlap(out);
+  at::assert_no_overlap(out, self);
+  const at::Tensor mask = self.ne(0).contiguous();  // bool, on the device
+  const int64_t count = self.numel() == 0 ? 0 : mask.sum().item<int64_t>();
+  at::native::resize_output(out, {count, self.dim()});
+  const at::Tensor coordinates = out.is_contiguous() ? out : at::empty(out.sizes(), out.options());
+  call([&] {
+    launch_nonzero(dense(mask), {self.sizes().data(), self.sizes().size()}, dense(coordinates), count,
+                   self.device().index());
+  });
+  if (!coordinates.is_same(out)) {
+    out.copy_(coordinates);
+  }
+  return out;
+}
+
+at::Tensor nonzero(const at::Tensor& self) {
+  at::Tensor out = at::empty({0}, self.options().dtype(at::kLong));
+  return nonzero_out(self, out);
+}
+// ANCHOR_END: nonzero
+
 } // namespace
 
 void register_indexing() {
@@ -360,6 +393,8 @@ void register_indexing() {
     library.impl("index_add_", TORCH_FN(index_add_inplace));
     library.impl("index_add.out", TORCH_FN(index_add_out));
     library.impl("masked_scatter_", TORCH_FN(masked_scatter_));
+    library.impl("nonzero", TORCH_FN(nonzero));
+    library.impl("nonzero.out", TORCH_FN(nonzero_out));
     return true;
   }();
   (void)registered;

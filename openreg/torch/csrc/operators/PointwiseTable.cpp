@@ -73,6 +73,11 @@ bool some_bound(const std::vector<at::Tensor>&, const std::vector<double>& p) {
          !(p[0] == -INFINITY && p[1] == INFINITY);
 }
 
+// Rounding a bool is CPU's error ("not implemented for 'Bool'"), from CPU's kernel.
+bool not_bool(const std::vector<at::Tensor>& inputs, const std::vector<double>&) {
+  return inputs.empty() || inputs[0].scalar_type() != at::kBool;
+}
+
 // softshrink's lambda must be non-negative: CPU's kernel raises its error otherwise.
 bool non_negative(const std::vector<at::Tensor>&, const std::vector<double>& p) {
   return !p.empty() && p[0] >= 0;
@@ -144,6 +149,10 @@ const Row kTable[] = {
     {{"softplus", "softplus.out"}, Kind::Unary, Pointwise::Softplus},
     {{"softplus_backward", "softplus_backward.grad_input"}, Kind::Binary, Pointwise::SoftplusBackward},
     {{"log1p", "log1p_", "log1p.out"}, Kind::UnaryFloat, Pointwise::Log1p},
+    {{"log2", "log2_", "log2.out"}, Kind::UnaryFloat, Pointwise::Log2},
+    {{"floor", "floor_", "floor.out"}, Kind::Unary, Pointwise::Floor, not_bool},
+    {{"ceil", "ceil_", "ceil.out"}, Kind::Unary, Pointwise::Ceil, not_bool},
+    {{"trunc", "trunc_", "trunc.out"}, Kind::Unary, Pointwise::Trunc, not_bool},
     {{"threshold", "threshold_", "threshold.out"}, Kind::Unary, Pointwise::Threshold},
     {{"hardshrink", "hardshrink.out"}, Kind::Unary, Pointwise::Hardshrink},
     {{"softshrink", "softshrink.out"}, Kind::Unary, Pointwise::Softshrink, non_negative},

@@ -26,6 +26,7 @@ pub(crate) mod margin;
 pub(crate) mod math;
 pub(crate) mod matmul;
 pub(crate) mod nll_loss;
+pub(crate) mod nonzero;
 pub(crate) mod norm;
 pub(crate) mod optim;
 pub(crate) mod philox;
@@ -38,6 +39,7 @@ pub(crate) mod softmax;
 pub(crate) mod sort;
 pub(crate) mod thread_pool;
 pub(crate) mod triangle;
+pub(crate) mod upsample;
 pub(crate) mod walk;
 
 use openreg_runtime as rt;

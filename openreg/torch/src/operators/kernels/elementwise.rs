@@ -247,7 +247,11 @@ pub(crate) fn arity(op: Pointwise) -> Option<usize> {
         | Pointwise::Elu
         | Pointwise::Celu
         | Pointwise::BitwiseNot
-        | Pointwise::LogSigmoid => 1,
+        | Pointwise::LogSigmoid
+        | Pointwise::Floor
+        | Pointwise::Ceil
+        | Pointwise::Trunc
+        | Pointwise::Log2 => 1,
         Pointwise::Add
         | Pointwise::Mul
         | Pointwise::Div
@@ -547,6 +551,10 @@ unsafe fn compute_any(op: Pointwise, [x, y]: [f32; 2], [a, b, c]: [*const f32; 3
                 if s * x > y { grad } else { grad * z / (z + 1.0) }
             }),
             Pointwise::Log1p => map1(n, a, o, f32::ln_1p),
+            Pointwise::Floor => map1(n, a, o, f32::floor),
+            Pointwise::Ceil => map1(n, a, o, f32::ceil),
+            Pointwise::Trunc => map1(n, a, o, f32::trunc),
+            Pointwise::Log2 => map1(n, a, o, f32::log2),
             Pointwise::Threshold => map1(n, a, o, |a| if a <= x { y } else { a }),
             Pointwise::Hardshrink => map1(n, a, o, |a| if a >= -x && a <= x { 0.0 } else { a }),
             Pointwise::Softshrink => map1(n, a, o, |a| if a > x { a - x } else if a < -x { a + x } else { a * 0.0 }),

@@ -192,6 +192,9 @@ fn computes(op: Pointwise) -> bool {
         op,
         Pointwise::Fill
             | Pointwise::Copy
+            | Pointwise::Floor
+            | Pointwise::Ceil
+            | Pointwise::Trunc
             | Pointwise::Neg
             | Pointwise::Abs
             | Pointwise::Sign
@@ -298,7 +301,8 @@ fn compute(op: Pointwise, [x, y]: [i64; 2], [a, b, c]: [&[i64]; 3], o: &mut [i64
     };
     match op {
         Pointwise::Fill => o.fill(x),
-        Pointwise::Copy => o.copy_from_slice(a),
+        // Integers are whole already: rounding is a copy, as on CPU.
+        Pointwise::Copy | Pointwise::Floor | Pointwise::Ceil | Pointwise::Trunc => o.copy_from_slice(a),
         Pointwise::Neg => map1(o, |a, _| a.wrapping_neg()),
         Pointwise::Abs => map1(o, |a, _| a.wrapping_abs()),
         Pointwise::Sign => map1(o, |a, _| a.signum()),
