@@ -52,6 +52,7 @@ fn main() {
         "csrc/operators/Pooling.cpp",
         "csrc/operators/Upsample.cpp",
         "csrc/operators/WeightNorm.cpp",
+        "csrc/operators/TorchVision.cpp",
         "csrc/operators/Padding.cpp",
         "csrc/operators/PointwiseOps.cpp",
         "csrc/operators/Loss.cpp",

@@ -67,6 +67,7 @@ void register_linalg();
 void register_indexing();
 void register_upsample();
 void register_weight_norm();
+void register_torchvision_ops();
 void register_sorting();
 void register_summary_ops();
 void register_reductions();

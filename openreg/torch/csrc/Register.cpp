@@ -60,6 +60,7 @@ void register_all() {
     register_pooling();
     register_upsample();
     register_weight_norm();
+    register_torchvision_ops();
     register_padding();
     register_compound_pointwise();
     register_losses();

@@ -30,6 +30,9 @@ use crate::operators::kernels::optim::{launch_amp_unscale, launch_amp_update_sca
 use crate::operators::kernels::pooling::launch_pool;
 use crate::operators::kernels::nonzero::launch_nonzero;
 use crate::operators::kernels::upsample::launch_resize;
+use crate::operators::kernels::roi::launch_roi;
+use crate::operators::kernels::nms::launch_nms;
+use crate::operators::kernels::deform_conv::launch_deform;
 use crate::operators::kernels::random::{launch_multinomial, launch_random, launch_randperm};
 use crate::operators::kernels::reduce::launch_reduction;
 use crate::operators::kernels::rnn::launch_rnn_cell;
@@ -421,6 +424,56 @@ pub(crate) mod ffi {
         backward: bool,
     }
 
+    /// torchvision's region-of-interest operators (`kernels/roi.rs`).
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    enum RoiOp {
+        Align,
+        Pool,
+        PsAlign,
+        PsPool,
+    }
+
+    /// `rois` boxes over a `[batch, channels, height, width]` map, each pooled into
+    /// `pooled` (height, width) bins.
+    #[derive(Debug, Clone, Copy)]
+    struct RoiShape {
+        rois: i64,
+        batch: i64,
+        channels: i64,
+        height: i64,
+        width: i64,
+        pooled: [i64; 2],
+        spatial_scale: f64,
+        sampling_ratio: i64,
+        aligned: bool,
+    }
+
+    /// A pass of torchvision's deformable convolution (`kernels/deform_conv.rs`).
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    enum DeformPass {
+        Im2col,
+        Col2im,
+        Col2imCoord,
+    }
+
+    /// A deformable convolution's sizes: input `[batch, channels, height, width]`, a
+    /// `kernel` (height, width) of taps, `offset_groups` groups of channels sharing offsets,
+    /// output positions `out` (height, width).
+    #[derive(Debug, Clone, Copy)]
+    struct DeformShape {
+        batch: i64,
+        channels: i64,
+        height: i64,
+        width: i64,
+        kernel: [i64; 2],
+        stride: [i64; 2],
+        padding: [i64; 2],
+        dilation: [i64; 2],
+        offset_groups: i64,
+        out: [i64; 2],
+        use_mask: bool,
+    }
+
     /// Scaled dot-product attention (`kernels/attention.rs`) over `[batch, heads, rows, dim]`
     /// operands; `kv_heads` divides `heads` (grouped-query attention). The inputs q, k, v,
     /// grad_out and out are read at `input_strides` (batch, head and row strides, five
@@ -725,6 +778,14 @@ pub(crate) mod ffi {
         fn launch_pool(op: Pool, shape: PoolShape, operands: &[Dense], device: i64) -> Result<bool>;
         /// `out` (backward: the input-sized gradient) from `input`; false if a dtype is not ours.
         fn launch_resize(mode: Resize, shape: ResizeShape, out: Dense, input: Dense, device: i64) -> Result<bool>;
+        /// torchvision's roi operators: forward (output, mapping | input, boxes) or backward
+        /// (grad_input | mapping, grad, boxes); false if a dtype is not ours.
+        fn launch_roi(op: RoiOp, backward: bool, shape: RoiShape, operands: &[Dense], device: i64) -> Result<bool>;
+        /// Non-maximum suppression of float32 `boxes` taken in `order`: the kept indices into
+        /// `keep` and their number into `count`; false if a dtype is not ours.
+        fn launch_nms(boxes: Dense, order: Dense, keep: Dense, count: Dense, iou_threshold: f64, device: i64) -> Result<bool>;
+        /// A sampling pass of deformable convolution; false if a dtype is not ours.
+        fn launch_deform(pass: DeformPass, shape: DeformShape, operands: &[Dense], device: i64) -> Result<bool>;
         /// The coordinates of a contiguous bool `mask` of `sizes`'s `count` true elements, into
         /// a contiguous int64 `[count, sizes.len()]` `out`.
         fn launch_nonzero(mask: Dense, sizes: &[i64], out: Dense, count: i64, device: i64) -> Result<()>;
