@@ -9,9 +9,9 @@
 //
 // The sampling passes run as Rust kernels (roi.rs, nms.rs, deform_conv.rs) on the current
 // stream; deform_conv2d's products with the weight are the device's own matrix products. A
-// dtype our kernels do not compute in (float64; float16 for the two pooling operators, which
-// torchvision's CPU kernels refuse) runs torchvision's CPU kernel through the fallback, so
-// both its values and its errors are CPU's.
+// dtype our kernels do not compute in (float64, bfloat16) runs torchvision's CPU kernel
+// through the fallback, so both its values and its errors are CPU's. nms computes in float32
+// only, as CPU's nms has no float16 kernel.
 
 #include "operators/Structured.h"
 
@@ -55,7 +55,7 @@ Result on_cpu(const char* name, const Args&... args) {
 }
 // ANCHOR_END: on_cpu
 
-bool ours(const at::Tensor& t, bool half) {
+bool ours(const at::Tensor& t, bool half = true) {
   return t.scalar_type() == at::kFloat || (half && t.scalar_type() == at::kHalf);
 }
 
@@ -116,7 +116,7 @@ at::Tensor roi_align(const at::Tensor& input, const at::Tensor& rois, double spa
   const RoiShape shape = roi_shape(rois, input.size(0), input.size(1), input.size(2), input.size(3),
                                    pooled_height, pooled_width, spatial_scale, sampling_ratio, aligned);
   at::Tensor out = at::empty({rois.size(0), input.size(1), pooled_height, pooled_width}, input.options());
-  if (!ours(input, true) || !roi_forward(RoiOp::Align, shape, out, {}, input, rois)) {
+  if (!ours(input) || !roi_forward(RoiOp::Align, shape, out, {}, input, rois)) {
     return on_cpu<at::Tensor>("torchvision::roi_align", input, rois, spatial_scale, pooled_height,
                               pooled_width, sampling_ratio, aligned);
   }
@@ -132,7 +132,7 @@ at::Tensor roi_align_backward(const at::Tensor& grad, const at::Tensor& rois, do
   const RoiShape shape = roi_shape(rois, batch_size, channels, height, width, pooled_height,
                                    pooled_width, spatial_scale, sampling_ratio, aligned);
   at::Tensor grad_input = at::empty({batch_size, channels, height, width}, grad.options());
-  if (!ours(grad, true) || !roi_backward(RoiOp::Align, shape, grad_input, {}, grad, rois)) {
+  if (!ours(grad) || !roi_backward(RoiOp::Align, shape, grad_input, {}, grad, rois)) {
     return on_cpu<at::Tensor>("torchvision::_roi_align_backward", grad, rois, spatial_scale,
                               pooled_height, pooled_width, batch_size, channels, height, width,
                               sampling_ratio, aligned);
@@ -149,7 +149,7 @@ std::tuple<at::Tensor, at::Tensor> roi_pool(const at::Tensor& input, const at::T
   const std::vector<int64_t> sizes{rois.size(0), input.size(1), pooled_height, pooled_width};
   at::Tensor out = at::empty(sizes, input.options());
   at::Tensor argmax = at::empty(sizes, input.options().dtype(at::kInt));
-  if (!ours(input, false) || !roi_forward(RoiOp::Pool, shape, out, argmax, input, rois)) {
+  if (!ours(input) || !roi_forward(RoiOp::Pool, shape, out, argmax, input, rois)) {
     return on_cpu<std::tuple<at::Tensor, at::Tensor>>("torchvision::roi_pool", input, rois,
                                                       spatial_scale, pooled_height, pooled_width);
   }
@@ -165,7 +165,7 @@ at::Tensor roi_pool_backward(const at::Tensor& grad, const at::Tensor& rois, con
                                    pooled_width, spatial_scale);
   at::Tensor grad_input = at::empty({batch_size, channels, height, width}, grad.options());
   const at::Tensor mapping = argmax.contiguous();
-  if (!ours(grad, false) || !roi_backward(RoiOp::Pool, shape, grad_input, mapping, grad, rois)) {
+  if (!ours(grad) || !roi_backward(RoiOp::Pool, shape, grad_input, mapping, grad, rois)) {
     return on_cpu<at::Tensor>("torchvision::_roi_pool_backward", grad, rois, argmax, spatial_scale,
                               pooled_height, pooled_width, batch_size, channels, height, width);
   }
@@ -190,7 +190,7 @@ std::tuple<at::Tensor, at::Tensor> ps_roi_align(const at::Tensor& input, const a
   const std::vector<int64_t> sizes{rois.size(0), out_channels, pooled_height, pooled_width};
   at::Tensor out = at::empty(sizes, input.options());
   at::Tensor mapping = at::empty(sizes, input.options().dtype(at::kInt));
-  if (!ours(input, true) || !roi_forward(RoiOp::PsAlign, shape, out, mapping, input, rois)) {
+  if (!ours(input) || !roi_forward(RoiOp::PsAlign, shape, out, mapping, input, rois)) {
     return on_cpu<std::tuple<at::Tensor, at::Tensor>>("torchvision::ps_roi_align", input, rois,
                                                       spatial_scale, pooled_height, pooled_width,
                                                       sampling_ratio);
@@ -208,7 +208,7 @@ at::Tensor ps_roi_align_backward(const at::Tensor& grad, const at::Tensor& rois,
   const RoiShape shape = roi_shape(rois, batch_size, channels, height, width, pooled_height,
                                    pooled_width, spatial_scale, sampling_ratio);
   at::Tensor grad_input = at::empty({batch_size, channels, height, width}, grad.options());
-  if (!ours(grad, true) || !roi_backward(RoiOp::PsAlign, shape, grad_input, {}, grad, rois)) {
+  if (!ours(grad) || !roi_backward(RoiOp::PsAlign, shape, grad_input, {}, grad, rois)) {
     return on_cpu<at::Tensor>("torchvision::_ps_roi_align_backward", grad, rois, channel_mapping,
                               spatial_scale, pooled_height, pooled_width, sampling_ratio,
                               batch_size, channels, height, width);
@@ -226,7 +226,7 @@ std::tuple<at::Tensor, at::Tensor> ps_roi_pool(const at::Tensor& input, const at
   const std::vector<int64_t> sizes{rois.size(0), out_channels, pooled_height, pooled_width};
   at::Tensor out = at::empty(sizes, input.options());
   at::Tensor mapping = at::empty(sizes, input.options().dtype(at::kInt));
-  if (!ours(input, false) || !roi_forward(RoiOp::PsPool, shape, out, mapping, input, rois)) {
+  if (!ours(input) || !roi_forward(RoiOp::PsPool, shape, out, mapping, input, rois)) {
     return on_cpu<std::tuple<at::Tensor, at::Tensor>>("torchvision::ps_roi_pool", input, rois,
                                                       spatial_scale, pooled_height, pooled_width);
   }
@@ -241,7 +241,7 @@ at::Tensor ps_roi_pool_backward(const at::Tensor& grad, const at::Tensor& rois,
   const RoiShape shape = roi_shape(rois, batch_size, channels, height, width, pooled_height,
                                    pooled_width, spatial_scale);
   at::Tensor grad_input = at::empty({batch_size, channels, height, width}, grad.options());
-  if (!ours(grad, false) || !roi_backward(RoiOp::PsPool, shape, grad_input, {}, grad, rois)) {
+  if (!ours(grad) || !roi_backward(RoiOp::PsPool, shape, grad_input, {}, grad, rois)) {
     return on_cpu<at::Tensor>("torchvision::_ps_roi_pool_backward", grad, rois, channel_mapping,
                               spatial_scale, pooled_height, pooled_width, batch_size, channels,
                               height, width);
@@ -376,7 +376,7 @@ at::Tensor deform_conv2d(const at::Tensor& input, const at::Tensor& weight, cons
                                   offset_groups, use_mask);
   const DeformShape& s = d.shape;
   const int64_t positions = s.batch * s.out[0] * s.out[1];
-  if (!ours(input, true)) {
+  if (!ours(input)) {
     return on_cpu<at::Tensor>("torchvision::deform_conv2d", input, weight, offset, mask, bias,
                               stride_h, stride_w, pad_h, pad_w, dilation_h, dilation_w, groups,
                               offset_groups, use_mask);
@@ -414,7 +414,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> deform_co
                   grad.size(2) == s.out[0] && grad.size(3) == s.out[1],
               "_deform_conv2d_backward: expected a gradient of [", s.batch, ", ", d.out_channels,
               ", ", s.out[0], ", ", s.out[1], "], got ", grad.sizes());
-  if (!ours(input, true) || grad.scalar_type() != input.scalar_type()) {
+  if (!ours(input) || grad.scalar_type() != input.scalar_type()) {
     return on_cpu<std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>>(
         "torchvision::_deform_conv2d_backward", grad, input, weight, offset, mask, bias, stride_h,
         stride_w, pad_h, pad_w, dilation_h, dilation_w, groups, offset_groups, use_mask);

@@ -33,9 +33,7 @@ pub(crate) fn launch_roi(op: RoiOp, backward: bool, shape: RoiShape, operands: &
     let Some(dtype) = Dtype::from_code(first.dtype) else {
         return Ok(false);
     };
-    // torchvision computes both pooling operators in float32 and float64 only.
-    let ours = matches!(dtype, Dtype::Float) || (dtype == Dtype::Half && matches!(op, RoiOp::Align | RoiOp::PsAlign));
-    if !ours || source.dtype != first.dtype || boxes.dtype != first.dtype {
+    if !matches!(dtype, Dtype::Float | Dtype::Half) || source.dtype != first.dtype || boxes.dtype != first.dtype {
         return Ok(false);
     }
     let g = &geometry;
