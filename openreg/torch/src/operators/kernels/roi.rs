@@ -175,6 +175,7 @@ impl Sample {
 }
 
 impl Geometry {
+    // ANCHOR: box_check
     /// Box `n` of `boxes`, or `None` if its batch index is not one of the batch's.
     fn locate(&self, op: RoiOp, boxes: &[f32], n: usize) -> Option<Box> {
         let r = &boxes[n * 5..][..5];
@@ -182,6 +183,7 @@ impl Geometry {
         if !(r[0].is_finite() && (0..self.batch as i64).contains(&batch)) {
             return None;
         }
+        // ANCHOR_END: box_check
         let [ph, pw] = self.pooled.map(|v| v as f32);
         let (start, size) = match op {
             RoiOp::Align | RoiOp::PsAlign => {
@@ -263,7 +265,8 @@ impl Roi {
         let located: Vec<Option<Box>> = (0..g.rois).map(|n| g.locate(self.op, boxes, n)).collect();
         let bad_argmax = AtomicBool::new(false);
         if self.backward { self.run_backward(&located, &bad_argmax) } else { self.run_forward(&located) }
-        // Reported from the stream's thread (the parts run on the pool's).
+        // Reported from the stream's thread (the parts run on the pool's): the stream raises
+        // it at its next synchronize.
         if let Some(n) = located.iter().position(Option::is_none) {
             let text = format!("box {n} has batch index {}, outside [0, {})", boxes[n * 5], g.batch);
             rt::fail_task(rt::FailureClass::Index, text);
