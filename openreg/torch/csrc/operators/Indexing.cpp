@@ -15,6 +15,7 @@
 #include <ATen/ops/index_add.h>
 #include <ATen/ops/index_add_meta.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/scalar_tensor.h>
 #include <ATen/native/Resize.h>
 #include <torch/library.h>
 
@@ -382,6 +383,35 @@ at::Tensor nonzero(const at::Tensor& self) {
 
 } // namespace
 
+// ANCHOR: index_fill
+// index_fill_: `value` written at positions `index` of dimension `dim`: index_put_ with one
+// index tensor at that dimension, so negative indices count from the end and an index out of
+// range is CPU's IndexError.
+at::Tensor& index_fill_tensor_(at::Tensor& self, int64_t dim, const at::Tensor& index,
+                               const at::Tensor& value) {
+  TORCH_CHECK_INDEX(index.scalar_type() == at::kLong, "index_fill_(): Expected dtype int64 for index.");
+  TORCH_CHECK(index.dim() <= 1, "Index has to be a vector/scalar");
+  TORCH_CHECK(value.dim() == 0,
+              "index_fill_ only supports a 0-dimensional value tensor, but got tensor with ",
+              value.dim(), " dimension(s).");
+  check_devices("index_fill_", {{"self", &self}, {"index", &index}});
+  at::Tensor target = self.dim() == 0 ? self.view({1}) : self;
+  const int64_t d = at::maybe_wrap_dim(dim, self.dim());
+  c10::List<std::optional<at::Tensor>> indices;
+  for (int64_t k = 0; k < d; ++k) {
+    indices.push_back(std::nullopt);
+  }
+  indices.push_back(index.reshape({-1}));
+  target.index_put_(indices, value.to(self.device(), self.scalar_type()));
+  return self;
+}
+
+at::Tensor& index_fill_scalar_(at::Tensor& self, int64_t dim, const at::Tensor& index,
+                               const at::Scalar& value) {
+  return index_fill_tensor_(self, dim, index, at::scalar_tensor(value, self.options().device(at::kCPU)));
+}
+// ANCHOR_END: index_fill
+
 void register_indexing() {
   static torch::Library library(torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1,
                                 __FILE__, __LINE__);
@@ -393,6 +423,8 @@ void register_indexing() {
     library.impl("index_add_", TORCH_FN(index_add_inplace));
     library.impl("index_add.out", TORCH_FN(index_add_out));
     library.impl("masked_scatter_", TORCH_FN(masked_scatter_));
+    library.impl("index_fill_.int_Tensor", TORCH_FN(index_fill_tensor_));
+    library.impl("index_fill_.int_Scalar", TORCH_FN(index_fill_scalar_));
     library.impl("nonzero", TORCH_FN(nonzero));
     library.impl("nonzero.out", TORCH_FN(nonzero_out));
     return true;

@@ -21,7 +21,10 @@
 #include <ATen/ops/cumsum_meta.h>
 #include <ATen/ops/empty_like.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/gather.h>
 #include <ATen/ops/max.h>
+#include <ATen/ops/max_meta.h>
+#include <ATen/ops/min_meta.h>
 #include <ATen/ops/min.h>
 #include <ATen/ops/mean.h>
 #include <ATen/ops/mean_meta.h>
@@ -341,6 +344,33 @@ at::Tensor arg_extremum(bool max, const at::Tensor& self, std::optional<int64_t>
   return s.result();
 }
 
+// ANCHOR: extremum_dim
+// max.dim and min.dim: the index from the argmax/argmin kernel and the value gathered at that
+// index, so that both name one element: the first extremum, a NaN before any number, as CPU's.
+// (bool has no argmax kernel on CPU either; its index is found on its bytes.)
+template <class Meta, Variant kind>
+std::tuple<at::Tensor, at::Tensor> extremum_dim(bool max, const at::Tensor& self, int64_t dim,
+                                                bool keepdim, const at::Tensor& values = {},
+                                                const at::Tensor& indices = {}) {
+  check_devices(max ? "max" : "min", {{"self", &self}, {"values", &values}, {"indices", &indices}});
+  Structured<Meta, kind> s(values, indices);
+  s.meta(self, dim, keepdim);
+  const at::Tensor &v = s.maybe_get_output(0), &i = s.maybe_get_output(1);
+  if (v.numel() > 0) {
+    // A 0-dim tensor is its own extremum, at index 0; as [1] it takes the same path.
+    const at::Tensor x = self.dim() == 0 ? self.reshape({1}) : self;
+    const int64_t d = at::maybe_wrap_dim(dim, x.dim());
+    const at::Tensor keys = x.scalar_type() == at::kBool ? x.to(at::kByte) : x;
+    const at::Tensor index = max ? at::argmax(keys, d, true) : at::argmin(keys, d, true);
+    const at::Tensor picked = x.gather(d, index);
+    const bool squeeze = !keepdim || self.dim() == 0;
+    v.copy_(squeeze ? picked.squeeze(d) : picked);
+    i.copy_(squeeze ? index.squeeze(d) : index);
+  }
+  return {s.result(0), s.result(1)};
+}
+// ANCHOR_END: extremum_dim
+
 template <Variant kind>
 at::Tensor cumsum(const at::Tensor& self, int64_t dim, std::optional<at::ScalarType> dtype, const at::Tensor& given = {}) {
   Structured<at::meta::structured_cumsum, kind> s(given);
@@ -392,6 +422,26 @@ at::Tensor& cumsum_out(const at::Tensor& self, int64_t dim, std::optional<at::Sc
   return out;
 }
 
+std::tuple<at::Tensor, at::Tensor> max_dim(const at::Tensor& self, int64_t dim, bool keepdim) {
+  return extremum_dim<at::meta::structured_max_dim, Variant::Functional>(true, self, dim, keepdim);
+}
+
+std::tuple<at::Tensor&, at::Tensor&> max_dim_out(const at::Tensor& self, int64_t dim, bool keepdim,
+                                                 at::Tensor& values, at::Tensor& indices) {
+  extremum_dim<at::meta::structured_max_dim, Variant::Out>(true, self, dim, keepdim, values, indices);
+  return {values, indices};
+}
+
+std::tuple<at::Tensor, at::Tensor> min_dim(const at::Tensor& self, int64_t dim, bool keepdim) {
+  return extremum_dim<at::meta::structured_min_dim, Variant::Functional>(false, self, dim, keepdim);
+}
+
+std::tuple<at::Tensor&, at::Tensor&> min_dim_out(const at::Tensor& self, int64_t dim, bool keepdim,
+                                                 at::Tensor& values, at::Tensor& indices) {
+  extremum_dim<at::meta::structured_min_dim, Variant::Out>(false, self, dim, keepdim, values, indices);
+  return {values, indices};
+}
+
 } // namespace
 
 void register_reductions() {
@@ -419,6 +469,10 @@ void register_reductions() {
     library.impl("all.dim", TORCH_FN(all_dim));
     library.impl("all.out", TORCH_FN(all_dim_out));
     library.impl("max", TORCH_FN(max_all));
+    library.impl("max.dim", TORCH_FN(max_dim));
+    library.impl("max.dim_max", TORCH_FN(max_dim_out));
+    library.impl("min.dim", TORCH_FN(min_dim));
+    library.impl("min.dim_min", TORCH_FN(min_dim_out));
     library.impl("min", TORCH_FN(min_all));
     library.impl("argmax", TORCH_FN(argmax));
     library.impl("argmax.out", TORCH_FN(argmax_out));

@@ -3,8 +3,9 @@
 //! with one group whose channels are a row's elements. Batch norm normalizes each channel over
 //! the batch, and in training updates the running statistics in place.
 //!
-//! Statistics are two passes (mean, then the centred sum of squares) with 16 float32 partial
-//! sums, added in float64: as exact as CPU's, and vectorised.
+//! Statistics are two passes (mean, then the centred sum of squares). Group and layer norm sum
+//! in 16 float32 partial sums added in float64; batch norm sums entirely in float64, as CPU
+//! does for it. Both are vectorised.
 
 use openreg_runtime as rt;
 
@@ -100,6 +101,37 @@ fn sum(x: &[f32], f: impl Fn(f32) -> f32) -> f64 {
         }
     }
     lanes_total(acc) + rest.iter().map(|&v| f(v) as f64).sum::<f64>()
+}
+
+/// Σ f(x) over `x` in float64 (`f` sees each element widened): batch norm's statistics, which
+/// CPU accumulates in double. Four chains of four partial sums keep it vectorised.
+#[inline(always)]
+fn sum64(x: &[f32], f: impl Fn(f64) -> f64) -> f64 {
+    let mut acc = [[0.0f64; 4]; CHAINS];
+    let (chunks, rest) = x.as_chunks::<{ CHAINS * 4 }>();
+    for c in chunks {
+        for (j, acc) in acc.iter_mut().enumerate() {
+            for i in 0..4 {
+                acc[i] += f(f64::from(c[j * 4 + i]));
+            }
+        }
+    }
+    let lanes: f64 = acc.iter().map(|a| (a[0] + a[2]) + (a[1] + a[3])).sum();
+    lanes + rest.iter().map(|&v| f(f64::from(v))).sum::<f64>()
+}
+
+/// Σ dy * (x - mean) in float64.
+#[inline(always)]
+fn dot64(dy: &[f32], x: &[f32], mean: f64) -> f64 {
+    let mut acc = [0.0f64; 4];
+    let (dc, dr) = dy.as_chunks::<4>();
+    let (xc, xr) = x.as_chunks::<4>();
+    for (d, x) in dc.iter().zip(xc) {
+        for i in 0..4 {
+            acc[i] += f64::from(d[i]) * (f64::from(x[i]) - mean);
+        }
+    }
+    (acc[0] + acc[2]) + (acc[1] + acc[3]) + dr.iter().zip(xr).map(|(&d, &x)| f64::from(d) * (f64::from(x) - mean)).sum::<f64>()
 }
 
 /// [`sum`] for short rows (a few chunks of 16): one register of partial sums, folded in
@@ -327,10 +359,13 @@ impl Normalization {
                 // SAFETY: channel `ch` of every sample, disjoint per part; checked at launch.
                 unsafe {
                     let (m, invstd) = if training {
-                        let total: f64 = (0..n).map(|i| sum(read(input, (i * c + ch) * s, s, &mut sx), |v| v)).sum();
-                        let m = (total / count.max(1) as f64) as f32;
+                        // In float64 throughout, as CPU's acc_type<float, false> (its
+                        // batch_norm_cpu_collect_stats): the mean, each deviation, each square.
+                        let total: f64 = (0..n).map(|i| sum64(read(input, (i * c + ch) * s, s, &mut sx), |v| v)).sum();
+                        let mean = total / count.max(1) as f64;
+                        let m = mean as f32;
                         let squares: f64 =
-                            (0..n).map(|i| sum(read(input, (i * c + ch) * s, s, &mut sx), |v| (v - m) * (v - m))).sum();
+                            (0..n).map(|i| sum64(read(input, (i * c + ch) * s, s, &mut sx), |v| (v - mean) * (v - mean))).sum();
                         let invstd = (1.0 / (squares / count.max(1) as f64 + eps).sqrt()) as f32;
                         write(save_mean, ch, 1, &mut Vec::new(), |v| v[0] = m);
                         write(save_invstd, ch, 1, &mut Vec::new(), |v| v[0] = invstd);
@@ -390,8 +425,9 @@ impl Normalization {
                         let at = (i * c + ch) * s;
                         let dy = read(grad_out, at, s, &mut sg);
                         let x = read(input, at, s, &mut sx);
-                        sum_dy += sum(dy, |v| v);
-                        sum_dy_xc += dy.iter().zip(x).map(|(&d, &x)| (d * (x - m)) as f64).sum::<f64>();
+                        // float64, as CPU's: the products too.
+                        sum_dy += sum64(dy, |v| v);
+                        sum_dy_xc += dot64(dy, x, f64::from(m));
                     }
                     if grad_weight.0 != 0 {
                         write(grad_weight, ch, 1, &mut Vec::new(), |v| v[0] = (sum_dy_xc * is as f64) as f32);
