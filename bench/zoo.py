@@ -1,10 +1,12 @@
-"""The real-model zoo of openreg/python/tests/test_zoo.py (timm and transformers, small
-configs, random weights), timed on the CPU and on openreg in one process: a training step
-(SGD) for every model, and greedy generation with the KV cache for the decoders, as time per
-step, tokens per second and the ratio to CPU (for tokens per second, CPU's rate over ours,
-so that above 1 is slower everywhere).
+"""The real-model zoos of openreg/python/tests/test_zoo.py and test_zoo_families.py
+(torchvision, timm and transformers, small configs, random weights), timed on the CPU and on
+openreg in one process: a training step (SGD) for every model, and greedy generation with
+the KV cache for the decoders, as time per step, tokens per second and the ratio to CPU (for
+tokens per second, CPU's rate over ours, so that above 1 is slower everywhere). Then the
+first zoo's steps at other batch sizes. The ratio is the median of the rounds' ratios; the
+spread is their lowest and highest.
 
-`python bench/zoo.py` prints the table.
+`python bench/zoo.py` prints the tables.
 """
 
 import copy
@@ -18,6 +20,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "openreg/python/tests"))
 from test_zoo import LANGUAGE, VISION, batch_for  # noqa: E402  (the models the tests check)
+from test_zoo_families import FAMILIES, build, move  # noqa: E402
 
 
 TOKENS = 32  # generated per call
@@ -29,8 +32,9 @@ def sync(device):
 
 
 def paired(runs, rounds):
-    """Median seconds of each of `runs` ({device: function}), timed in alternation, one call of
-    each per round: a slow spell of the shared machine then lands on both sides of a ratio."""
+    """Each of `runs` ({device: function}) timed in alternation, one call of each per round: a
+    slow spell of the shared machine then lands on both sides of a ratio. Returns the median
+    seconds per device and the rounds' ratios (the second device's time over the first's)."""
     for device, run in runs.items():
         run()  # warm-up: first-call costs (allocations, lazy initialisation) are not the steady state
         sync(device)
@@ -41,24 +45,43 @@ def paired(runs, rounds):
             run()
             sync(device)
             times[device].append(time.perf_counter() - start)
-    return [statistics.median(times[device]) for device in runs]
+    first, second = times.values()
+    return [statistics.median(times[device]) for device in runs], [b / a for a, b in zip(first, second)]
 
 
-def training_step(model, batch, device):
+def row(label, cpu, dev, ratios, unit="ms"):
+    spread = f"{min(ratios):.2f}-{max(ratios):.2f}"
+    if unit == "ms":
+        return f"{label:<44}{cpu * 1e3:>8.2f}ms{dev * 1e3:>8.2f}ms{statistics.median(ratios):>7.2f}x{spread:>12}"
+    return f"{label:<44}{TOKENS / cpu:>6.0f}tok/s{TOKENS / dev:>6.0f}tok/s{statistics.median(ratios):>7.2f}x{spread:>12}"
+
+
+def zoo_loss(model, batch):
+    if "pixels" in batch:
+        return torch.nn.functional.cross_entropy(model(batch["pixels"]), batch["labels"])
+    return model(**batch).loss
+
+
+def training_step(model, batch, device, loss=zoo_loss):
     model = model.to(device).train()
     optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
-    batch = {k: v.to(device) for k, v in batch.items()}
+    batch = move(batch, device)
 
     def step():
         optimizer.zero_grad()
-        if "pixels" in batch:
-            loss = torch.nn.functional.cross_entropy(model(batch["pixels"]), batch["labels"])
-        else:
-            loss = model(**batch).loss
-        loss.backward()
+        loss(model, batch).backward()
         optimizer.step()
 
     return step
+
+
+def resized(name, batch, size):
+    """The zoo's batch for `name` with `size` samples."""
+    g = torch.Generator().manual_seed(1)
+    if name in VISION:
+        return {"pixels": torch.randn(size, 3, 64, 64, generator=g), "labels": torch.randint(0, 10, (size,), generator=g)}
+    ids = torch.randint(2, 128, (size, 12), generator=g)
+    return {"input_ids": ids, "labels": ids}
 
 
 def generation(model, device, tokens=TOKENS):
@@ -71,23 +94,39 @@ def generation(model, device, tokens=TOKENS):
     return generate
 
 
+def quiet(make):
+    torch.manual_seed(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return make()
+
+
 def main():
-    print(f"{'case':<40}{'CPU':>10}{'openreg':>10}{'ratio':>8}")
-    for name, make in {**VISION, **LANGUAGE}.items():
-        torch.manual_seed(0)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            model = make()
-        batch = batch_for(name)
-        cpu, dev = paired({device: training_step(copy.deepcopy(model), batch, device)
-                           for device in ("cpu", "openreg")}, rounds=7)
-        print(f"{name + ' training step':<40}{cpu * 1e3:>8.2f}ms{dev * 1e3:>8.2f}ms{dev / cpu:>7.2f}x")
-    for name in ["gpt2", "llama", "t5"]:
-        torch.manual_seed(0)
-        model = LANGUAGE[name]()
-        cpu, dev = paired({device: generation(copy.deepcopy(model), device) for device in ("cpu", "openreg")},
-                          rounds=9)
-        print(f"{name + ' greedy generation':<40}{TOKENS / cpu:>6.0f}tok/s{TOKENS / dev:>6.0f}tok/s{dev / cpu:>7.2f}x")
+    print(f"{'case':<44}{'CPU':>10}{'openreg':>10}{'ratio':>8}{'spread':>12}")
+    steps = {name: (VISION.get(name) or LANGUAGE[name], batch_for(name), zoo_loss) for name in [*VISION, *LANGUAGE]}
+    for name, family in FAMILIES.items():
+        steps[name] = (lambda name=name: build(name), family.batch(torch.Generator().manual_seed(1)), family.loss)
+    for name, (make, batch, loss) in steps.items():
+        model = quiet(make)
+        (cpu, dev), ratios = paired({device: training_step(copy.deepcopy(model), batch, device, loss)
+                                     for device in ("cpu", "openreg")}, rounds=7)
+        print(row(name + " training step", cpu, dev, ratios))
+    decoders = {"gpt2": LANGUAGE["gpt2"], "llama": LANGUAGE["llama"], "t5": LANGUAGE["t5"]}
+    decoders.update({name: (lambda name=name: build(name)) for name, f in FAMILIES.items() if f.infer == "generate"})
+    for name, make in decoders.items():
+        model = quiet(make)
+        (cpu, dev), ratios = paired({device: generation(copy.deepcopy(model), device) for device in ("cpu", "openreg")},
+                                    rounds=9)
+        print(row(name + " greedy generation", cpu, dev, ratios, unit="tok"))
+    print()
+    print("Other batch sizes (the first zoo's vision models at 64x64, language models at 12 tokens):")
+    for name in ["resnet10t", "vit_tiny", "gpt2", "llama"]:
+        for size in (1, 8, 32):
+            model = quiet(VISION.get(name) or LANGUAGE[name])
+            batch = resized(name, batch_for(name), size)
+            (cpu, dev), ratios = paired({device: training_step(copy.deepcopy(model), batch, device)
+                                         for device in ("cpu", "openreg")}, rounds=5)
+            print(row(f"{name} training step, batch {size}", cpu, dev, ratios))
 
 
 if __name__ == "__main__":
