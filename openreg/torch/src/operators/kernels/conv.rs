@@ -450,6 +450,10 @@ impl Convolution {
         if self.input_gradient_as_forward() {
             return;
         }
+        if self.samples_side_by_side() {
+            // SAFETY: the launch checked every operand's size against the geometry.
+            return unsafe { self.run_side_by_side() };
+        }
         match self.op {
             Conv::BackwardWeight => self.weight_gradient(parts),
             _ => thread_pool::run(parts, |p| {
@@ -509,9 +513,12 @@ impl Convolution {
 
     /// Whether the forward pass goes through [`Winograd`]: a 2-D 3x3 kernel with unit stride
     /// and dilation, and products large enough that 2.25x fewer multiplies pay for the
-    /// transforms. Each of its 16 products is [C_out, C_in] @ [C_in, tiles]: with 16 input
-    /// channels, or few tiles (planes under about 22x22) and fewer than 128 channels, `gemm`
-    /// runs them too slowly (8x8 planes of 64 channels: 445 us against im2col's 296).
+    /// transforms. Each of its 16 products is [C_out, C_in] @ [C_in, tiles], and the weight's
+    /// transform is 16 [C_out, C_in] matrices written on every call: with few tiles in the
+    /// whole batch, reading 16 matrices instead of im2col's 9 costs more than the multiplies
+    /// saved (ResNet's 512-channel 2x2 planes at batch 4: 7.0 ms against 1.0 on the CPU).
+    /// With 16 input channels, or fewer than 128 channels and planes under about 22x22, `gemm`
+    /// runs the products too slowly.
     fn winograd(&self) -> bool {
         let g = &self.geometry;
         let tiles = g.output[1].div_ceil(2) * g.output[2].div_ceil(2);
@@ -523,7 +530,7 @@ impl Convolution {
             && g.input[0] == 1
             && g.padding[0] == 0
             && fewer >= 32
-            && (fewer >= 128 || tiles >= 128)
+            && (tiles >= 128 || (fewer >= 128 && g.batch * tiles >= 128))
     }
 
     fn winograd_forward(&self, parts: usize) {
@@ -593,6 +600,90 @@ impl Convolution {
             keep(m_buffer);
         });
     }
+
+    // ANCHOR: side_by_side
+    /// Planes of few positions (a network's last stages): a chunk of samples' columns side by
+    /// side in one product. A product per sample has a handful of columns, and each reads the
+    /// whole weight again: ResNet's 512-channel 2x2 planes at batch 4 were four products of
+    /// [512, 4608] @ [4608, 4], each bound by reading 9 MB of weight.
+    fn samples_side_by_side(&self) -> bool {
+        let g = &self.geometry;
+        matches!(self.op, Conv::Forward | Conv::BackwardInput) && g.batch > 1 && g.positions() < 64
+    }
+
+    /// The forward pass or the input gradient, [`Self::samples_side_by_side`]: per group and
+    /// chunk of samples, columns `[rows, samples * positions]` and one product, whose columns
+    /// each sample then takes back.
+    unsafe fn run_side_by_side(&self) {
+        let g = self.geometry;
+        let (rows, positions, pixels) = (g.rows(), g.positions(), g.pixels());
+        let (cin, cout) = (g.in_channels, g.out_channels);
+        let chunk = (256 / positions).clamp(1, g.batch); // about 256 columns per product
+        let (mut columns, mut one, mut product) = (Vec::new(), vec![0.0f32; rows * positions], Vec::new());
+        for group in 0..g.groups {
+            let weight = View { ptr: self.weight + group * cout * rows * 4, rs: rows as isize, cs: 1 };
+            for first in (0..g.batch).step_by(chunk) {
+                let samples = first..g.batch.min(first + chunk);
+                let width = samples.len() * positions;
+                columns.resize(rows * width, 0.0);
+                product.resize(cout * width, 0.0);
+                // Sample n's [r, positions] block sits at columns [r, k * positions..].
+                let place = |wide: &mut [f32], height: usize, k: usize, block: &[f32]| {
+                    for r in 0..height {
+                        wide[r * width + k * positions..][..positions].copy_from_slice(&block[r * positions..][..positions]);
+                    }
+                };
+                let take = |wide: &[f32], height: usize, k: usize, block: &mut [f32]| {
+                    for r in 0..height {
+                        block[r * positions..][..positions].copy_from_slice(&wide[r * width + k * positions..][..positions]);
+                    }
+                };
+                unsafe {
+                    if self.op == Conv::Forward {
+                        for (k, n) in samples.clone().enumerate() {
+                            let input = slice(self.input, (n * g.groups + group) * cin * pixels, cin * pixels);
+                            if g.pointwise() {
+                                place(&mut columns, rows, k, input);
+                            } else {
+                                im2col(&g, input, &mut one);
+                                place(&mut columns, rows, k, &one);
+                            }
+                        }
+                        gemm_f32(cout, width, rows, View { ptr: product.as_mut_ptr() as usize, rs: width as isize, cs: 1 }, false,
+                                 weight, View { ptr: columns.as_ptr() as usize, rs: width as isize, cs: 1 });
+                        for (k, n) in samples.enumerate() {
+                            let out = slice(self.output, (n * g.groups + group) * cout * positions, cout * positions);
+                            take(&product, cout, k, out);
+                            if self.bias != 0 {
+                                let bias = slice(self.bias, group * cout, cout);
+                                for (row, &b) in out.chunks_exact_mut(positions).zip(bias.iter()) {
+                                    row.iter_mut().for_each(|v| *v += b);
+                                }
+                            }
+                        }
+                    } else {
+                        for (k, n) in samples.clone().enumerate() {
+                            place(&mut product, cout, k, slice(self.output, (n * g.groups + group) * cout * positions, cout * positions));
+                        }
+                        // columns [rows, width] = weightᵀ [rows, cout] @ gradient [cout, width]
+                        gemm_f32(rows, width, cout, View { ptr: columns.as_mut_ptr() as usize, rs: width as isize, cs: 1 }, false,
+                                 View { rs: 1, cs: rows as isize, ..weight }, View { ptr: product.as_ptr() as usize, rs: width as isize, cs: 1 });
+                        for (k, n) in samples.enumerate() {
+                            let input = slice(self.input, (n * g.groups + group) * cin * pixels, cin * pixels);
+                            if g.pointwise() {
+                                take(&columns, rows, k, input);
+                            } else {
+                                take(&columns, rows, k, &mut one);
+                                input.fill(0.0);
+                                col2im(&g, &one, input);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    // ANCHOR_END: side_by_side
 
     /// Sample `n`, group `group` of the forward pass (output = weight @ columns + bias) or of
     /// the input gradient (columns = weightᵀ @ output, folded into the input).
@@ -742,8 +833,9 @@ mod tests {
     #[test]
     fn winograd_matches_the_definition() {
         // Odd and even planes (partial tiles), padding 0, 1 and more than the kernel.
-        // Planes with 128 tiles or more, or 128 channels each side (what `winograd()` takes).
-        for ([n, cin, h, wd], cout, pad) in [([2, 32, 23, 21], 32, 1), ([1, 130, 4, 4], 128, 0), ([1, 128, 2, 3], 129, 3)] {
+        // Planes with 128 tiles or more, or 128 channels each side and 128 tiles in the batch
+        // (what `winograd()` takes).
+        for ([n, cin, h, wd], cout, pad) in [([2, 32, 23, 21], 32, 1), ([32, 130, 4, 4], 128, 1), ([12, 128, 2, 3], 129, 3)] {
             let x: Vec<f32> = (0..n * cin * h * wd).map(|i| ((i * 37 % 101) as f32) / 50.0 - 1.0).collect();
             let w: Vec<f32> = (0..cout * cin * 9).map(|i| ((i * 53 % 97) as f32) / 48.0 - 1.0).collect();
             let (oh, ow) = (h + 2 * pad - 2, wd + 2 * pad - 2);
