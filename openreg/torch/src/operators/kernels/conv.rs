@@ -665,9 +665,11 @@ impl Convolution {
                         for (k, n) in samples.clone().enumerate() {
                             place(&mut product, cout, k, slice(self.output, (n * g.groups + group) * cout * positions, cout * positions));
                         }
-                        // columns [rows, width] = weightᵀ [rows, cout] @ gradient [cout, width]
-                        gemm_f32(rows, width, cout, View { ptr: columns.as_mut_ptr() as usize, rs: width as isize, cs: 1 }, false,
-                                 View { rs: 1, cs: rows as isize, ..weight }, View { ptr: product.as_ptr() as usize, rs: width as isize, cs: 1 });
+                        // columnsᵀ [width, rows] = gradientᵀ [width, cout] @ weight [cout, rows]: the
+                        // weight read along its rows, where weightᵀ @ gradient read it down its
+                        // columns (2.6x slower for 512 x 4608).
+                        gemm_f32(width, rows, cout, View { ptr: columns.as_mut_ptr() as usize, rs: 1, cs: width as isize }, false,
+                                 View { ptr: product.as_ptr() as usize, rs: 1, cs: width as isize }, weight);
                         for (k, n) in samples.enumerate() {
                             let input = slice(self.input, (n * g.groups + group) * cin * pixels, cin * pixels);
                             if g.pointwise() {
