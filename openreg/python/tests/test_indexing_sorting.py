@@ -77,8 +77,17 @@ def test_index(case, dtype, device):
 @pytest.mark.parametrize("device", DEVICES)
 def test_index_errors_are_cpus(device):
     x = torch.randn(3, 4, device=device)
+    # The index values are read by the kernel, on the stream: a bad one is the stream's error,
+    # raised by the call when the kernel ran at once (an idle stream), else at the synchronize.
     with pytest.raises(IndexError, match="index 3 is out of bounds for dimension 0 with size 3"):
         x[torch.tensor([3], device=device)]
+        torch.openreg.synchronize(device)
+    with pytest.raises(IndexError, match=r"index -5 is out of bounds for dimension 1 with size 4"):
+        busy = torch.randn(2048, 2048, device=device) @ torch.randn(2048, 2048, device=device)
+        x[:, torch.tensor([[0, -5]], device=device)]
+        torch.openreg.synchronize(device)
+    assert torch.equal(x[torch.tensor([-1])].cpu(), x.cpu()[-1:])  # the stream works after
+    del busy
     with pytest.raises(IndexError, match="too many indices for tensor of dimension 2"):
         x[torch.tensor([0]), torch.tensor([0]), torch.tensor([0])]
     with pytest.raises(IndexError, match="tensors used as indices must be long, int, byte or bool tensors"):

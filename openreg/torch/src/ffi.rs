@@ -31,6 +31,7 @@ use crate::operators::kernels::pooling::launch_pool;
 use crate::operators::kernels::nonzero::launch_nonzero;
 use crate::operators::kernels::upsample::launch_resize;
 use crate::operators::kernels::roi::launch_roi;
+use crate::operators::kernels::advanced_indexing::launch_index;
 use crate::operators::kernels::nms::launch_nms;
 use crate::operators::kernels::deform_conv::launch_deform;
 use crate::operators::kernels::random::{launch_multinomial, launch_random, launch_randperm};
@@ -424,6 +425,19 @@ pub(crate) mod ffi {
         backward: bool,
     }
 
+    /// Advanced indexing's layout (`kernels/advanced_indexing.rs`): per result dimension its
+    /// size and strides in the source and in the broadcast index tensors; per index tensor the
+    /// source dimension it indexes, that dimension's size and stride.
+    #[derive(Debug, Clone)]
+    struct IndexLayout {
+        shape: Vec<i64>,
+        source_strides: Vec<i64>,
+        index_strides: Vec<i64>,
+        dims: Vec<i64>,
+        dim_sizes: Vec<i64>,
+        dim_strides: Vec<i64>,
+    }
+
     /// torchvision's region-of-interest operators (`kernels/roi.rs`).
     #[derive(Debug, Clone, Copy, PartialEq, Eq)]
     enum RoiOp {
@@ -778,6 +792,8 @@ pub(crate) mod ffi {
         fn launch_pool(op: Pool, shape: PoolShape, operands: &[Dense], device: i64) -> Result<bool>;
         /// `out` (backward: the input-sized gradient) from `input`; false if a dtype is not ours.
         fn launch_resize(mode: Resize, shape: ResizeShape, out: Dense, input: Dense, device: i64) -> Result<bool>;
+        /// `out = source[indices...]`, the index values read on the stream.
+        fn launch_index(source: Dense, out: Dense, item: usize, layout: &IndexLayout, indices: &[Dense], device: i64) -> Result<()>;
         /// torchvision's roi operators: forward (output, mapping | input, boxes) or backward
         /// (grad_input | mapping, grad, boxes); false if a dtype is not ours.
         fn launch_roi(op: RoiOp, backward: bool, shape: RoiShape, operands: &[Dense], device: i64) -> Result<bool>;

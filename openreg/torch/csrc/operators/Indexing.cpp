@@ -1,9 +1,11 @@
 // Advanced indexing: `x[idx]` (index) and `x[idx] = v`, `x[rows, cols] += v` (index_put_ with
 // accumulate): integer index tensors, or bool masks (their true positions), broadcast together,
-// with CPU's rules for where the indexed dimensions land in the result. The indices are read on
-// the host (CPU raises IndexError for an index out of range, and that needs their values) and
-// turned into element offsets; a Rust kernel then reads the elements at those offsets (the
-// gather index_select uses) or writes them (kernels/indexing.rs) on the stream. index_add
+// with CPU's rules for where the indexed dimensions land in the result. `x[idx]` with integer
+// indices runs on the stream: a Rust kernel reads the index values and the elements
+// (kernels/advanced_indexing.rs). Masks, and the writes, read the indices on the host (a mask's
+// true positions decide the shape; CPU raises IndexError for a write out of range) and turn
+// them into element offsets, which a Rust kernel then reads (the gather index_select uses) or
+// writes (kernels/indexing.rs) on the stream. index_add
 // (`out[..., index[i], ...] += alpha * source[..., i, ...]`) is the same accumulating write,
 // and masked_scatter_ (masked_select's backward) the same plain write at the mask's true
 // elements.
@@ -29,21 +31,21 @@ namespace {
 // The element offset (from self's first element) of every element of the indexing result, in
 // the result's row-major order. `dims`: the indexed dimensions; `index`: their broadcast index
 // tensors, as int64 on the host.
-std::vector<int64_t> offsets(const at::Tensor& self, const std::vector<int64_t>& dims,
-                             const std::vector<at::Tensor>& index, std::vector<int64_t>& result_shape) {
-  const auto broadcast = index[0].sizes();
+// Where each dimension of the result comes from: a broadcast-index dimension (-1 - j) or a
+// dimension of self (d). CPU's rule: indexed dimensions that are adjacent put the index
+// dimensions where they were; apart, the index dimensions come first.
+std::vector<int64_t> result_sources(const at::Tensor& self, const std::vector<int64_t>& dims, size_t index_rank) {
   bool adjacent = true;
   for (size_t k = 1; k < dims.size(); ++k) {
     adjacent = adjacent && dims[k] == dims[k - 1] + 1;
   }
-  // Each result dimension is a broadcast-index dimension (-1 - j) or a dimension of self (d).
   std::vector<int64_t> source;
   const auto indexed = [&](int64_t d) { return std::find(dims.begin(), dims.end(), d) != dims.end(); };
   const int64_t first = adjacent ? dims.front() : 0;
   for (int64_t d = 0; d < first; ++d) {
     source.push_back(d);
   }
-  for (size_t j = 0; j < broadcast.size(); ++j) {
+  for (size_t j = 0; j < index_rank; ++j) {
     source.push_back(-1 - static_cast<int64_t>(j));
   }
   for (int64_t d = first; d < self.dim(); ++d) {
@@ -51,6 +53,13 @@ std::vector<int64_t> offsets(const at::Tensor& self, const std::vector<int64_t>&
       source.push_back(d);
     }
   }
+  return source;
+}
+
+std::vector<int64_t> offsets(const at::Tensor& self, const std::vector<int64_t>& dims,
+                             const std::vector<at::Tensor>& index, std::vector<int64_t>& result_shape) {
+  const auto broadcast = index[0].sizes();
+  const std::vector<int64_t> source = result_sources(self, dims, broadcast.size());
   result_shape.clear();
   for (int64_t s : source) {
     result_shape.push_back(s >= 0 ? self.size(s) : broadcast[-1 - s]);
@@ -98,6 +107,22 @@ std::vector<int64_t> offsets(const at::Tensor& self, const std::vector<int64_t>&
 // The indexed dimensions and their index tensors (int64, on the host), from `x[...]`'s list:
 // None skips a dimension, a bool mask stands for the positions of its true elements over as
 // many dimensions as it has. CPU's checks and messages.
+// CPU's checks of the index list, with its messages: count, device and dtype of each.
+void check_indices(const at::Tensor& self, const c10::List<std::optional<at::Tensor>>& indices) {
+  TORCH_CHECK_INDEX(indices.size() <= static_cast<size_t>(self.dim()), "too many indices for tensor of dimension ",
+                    self.dim(), " (got ", indices.size(), ")");
+  for (size_t k = 0; k < indices.size(); ++k) {
+    const std::optional<at::Tensor> t = indices.get(k);
+    if (t.has_value() && t->defined()) {
+      TORCH_CHECK_INDEX(t->is_cpu() || t->device() == self.device(), "indices should be either on cpu or on the same "
+                        "device as the indexed tensor (", self.device(), ")");
+      const auto type = t->scalar_type();
+      TORCH_CHECK_INDEX(type == at::kLong || type == at::kInt || type == at::kByte || type == at::kBool,
+                        "tensors used as indices must be long, int, byte or bool tensors");
+    }
+  }
+}
+
 void host_indices(const at::Tensor& self, const c10::List<std::optional<at::Tensor>>& indices,
                   std::vector<int64_t>& dims, std::vector<at::Tensor>& index) {
   TORCH_CHECK_INDEX(indices.size() <= static_cast<size_t>(self.dim()), "too many indices for tensor of dimension ",
@@ -133,10 +158,91 @@ void host_indices(const at::Tensor& self, const c10::List<std::optional<at::Tens
   }
 }
 
+// ANCHOR: device_index
+// x[i0, i1, ...] with integer index tensors: the result's layout follows from the shapes, and
+// the kernel reads the index values on the stream (kernels/advanced_indexing.rs), so nothing
+// waits for the device; an index out of range is an IndexError at the stream's next
+// synchronize, as a GPU's device-side assert. False, having done nothing, for a bool or byte
+// mask: its true positions are data, read on the host as CUDA reads them.
+bool device_index(const at::Tensor& self, const c10::List<std::optional<at::Tensor>>& indices, at::Tensor& out) {
+  std::vector<int64_t> dims;
+  std::vector<at::Tensor> index;
+  int64_t d = 0;
+  for (size_t k = 0; k < indices.size(); ++k) {
+    const std::optional<at::Tensor> t = indices.get(k);
+    if (!t.has_value() || !t->defined()) {
+      ++d;
+      continue;
+    }
+    if (t->scalar_type() == at::kByte || t->scalar_type() == at::kBool) {
+      return false;
+    }
+    dims.push_back(d++);
+    index.push_back(*t);
+  }
+  if (index.empty()) {
+    return false;
+  }
+  std::vector<at::Tensor> expanded;
+  try {
+    expanded = at::expand_outplace(index);
+  } catch (const std::exception&) {
+    TORCH_CHECK_INDEX(false, "shape mismatch: indexing tensors could not be broadcast together");
+  }
+  for (auto& t : expanded) {
+    t = t.to(self.device(), at::kLong).contiguous();  // a CPU index is copied to the device
+  }
+  const at::Tensor source = self.contiguous();
+  const auto broadcast = expanded[0].sizes();
+  std::vector<int64_t> flat_stride(broadcast.size(), 1);  // row-major strides of the index shape
+  for (int64_t j = static_cast<int64_t>(broadcast.size()) - 2; j >= 0; --j) {
+    flat_stride[j] = flat_stride[j + 1] * broadcast[j + 1];
+  }
+  IndexLayout layout;
+  std::vector<int64_t> shape;
+  for (int64_t s : result_sources(self, dims, broadcast.size())) {
+    shape.push_back(s >= 0 ? self.size(s) : broadcast[-1 - s]);
+    layout.shape.push_back(shape.back());
+    layout.source_strides.push_back(s >= 0 ? source.stride(s) : 0);
+    layout.index_strides.push_back(s >= 0 ? 0 : flat_stride[-1 - s]);
+  }
+  if (shape.empty()) {  // 0-dim indices into a 1-D tensor: a 0-dim result, one element
+    layout.shape.push_back(1);
+    layout.source_strides.push_back(0);
+    layout.index_strides.push_back(0);
+  }
+  for (int64_t dim : dims) {
+    layout.dims.push_back(dim);
+    layout.dim_sizes.push_back(self.size(dim));
+    layout.dim_strides.push_back(source.stride(dim));
+  }
+  at::assert_no_internal_overlap(out);
+  at::assert_no_overlap(out, self);
+  at::native::resize_output(out, shape);
+  const at::Tensor dst = out.is_contiguous() ? out : at::empty(shape, out.options());
+  std::vector<Dense> slots;
+  for (const auto& t : expanded) {
+    slots.push_back(dense(t));
+  }
+  call([&] {
+    launch_index(dense(source), dense(dst), self.element_size(), layout, {slots.data(), slots.size()},
+                 self.device().index());
+  });
+  if (!dst.is_same(out)) {
+    out.copy_(dst);
+  }
+  return true;
+}
+// ANCHOR_END: device_index
+
 at::Tensor& index_out(const at::Tensor& self, const c10::List<std::optional<at::Tensor>>& indices, at::Tensor& out) {
   check_devices("index.Tensor_out", {{"self", &self}, {"out", &out}});
   TORCH_CHECK(out.scalar_type() == self.scalar_type(), "index_out: self (", self.scalar_type(),
               ") and result (", out.scalar_type(), ") must have the same scalar type");
+  check_indices(self, indices);
+  if (device_index(self, indices, out)) {
+    return out;
+  }
   std::vector<int64_t> dims;
   std::vector<at::Tensor> index;
   host_indices(self, indices, dims, index);

@@ -7,6 +7,7 @@
 //! its kernel. This file keeps what every launcher shares: the launch on the current stream
 //! and the checked translation of device addresses.
 
+pub(crate) mod advanced_indexing;
 pub(crate) mod attention;
 pub(crate) mod conv;
 pub(crate) mod ctc;
