@@ -158,6 +158,15 @@ void host_indices(const at::Tensor& self, const c10::List<std::optional<at::Tens
   }
 }
 
+// The index tensors broadcast to one shape (views), with CPU's error when they cannot be.
+std::vector<at::Tensor> broadcast_together(const std::vector<at::Tensor>& index) {
+  try {
+    return at::expand_outplace(index);
+  } catch (const std::exception&) {
+    TORCH_CHECK_INDEX(false, "shape mismatch: indexing tensors could not be broadcast together");
+  }
+}
+
 // ANCHOR: device_index
 // x[i0, i1, ...] with integer index tensors: the result's layout follows from the shapes, and
 // the kernel reads the index values on the stream (kernels/advanced_indexing.rs), so nothing
@@ -183,12 +192,7 @@ bool device_index(const at::Tensor& self, const c10::List<std::optional<at::Tens
   if (index.empty()) {
     return false;
   }
-  std::vector<at::Tensor> expanded;
-  try {
-    expanded = at::expand_outplace(index);
-  } catch (const std::exception&) {
-    TORCH_CHECK_INDEX(false, "shape mismatch: indexing tensors could not be broadcast together");
-  }
+  std::vector<at::Tensor> expanded = broadcast_together(index);
   for (auto& t : expanded) {
     t = t.to(self.device(), at::kLong).contiguous();  // a CPU index is copied to the device
   }
@@ -253,12 +257,7 @@ at::Tensor& index_out(const at::Tensor& self, const c10::List<std::optional<at::
   if (index.empty()) {
     shape.assign(self.sizes().begin(), self.sizes().end());  // x[None...]: every element, a copy
   } else {
-    std::vector<at::Tensor> expanded;
-    try {
-      expanded = at::expand_outplace(index);
-    } catch (const std::exception&) {
-      TORCH_CHECK_INDEX(false, "shape mismatch: indexing tensors could not be broadcast together");
-    }
+    std::vector<at::Tensor> expanded = broadcast_together(index);
     for (auto& t : expanded) {
       t = t.contiguous();
     }
@@ -311,12 +310,7 @@ at::Tensor& index_put_impl_(at::Tensor& self, const c10::List<std::optional<at::
   host_indices(self, indices, dims, index);
   // A dtype mismatch is CPU's error, raised by its kernel.
   if (values.scalar_type() == self.scalar_type() && !index.empty()) {
-    std::vector<at::Tensor> expanded;
-    try {
-      expanded = at::expand_outplace(index);
-    } catch (const std::exception&) {
-      TORCH_CHECK_INDEX(false, "shape mismatch: indexing tensors could not be broadcast together");
-    }
+    std::vector<at::Tensor> expanded = broadcast_together(index);
     for (auto& t : expanded) {
       t = t.contiguous();
     }

@@ -27,8 +27,7 @@ pub(crate) fn launch_deform(pass: DeformPass, shape: DeformShape, operands: &[De
     let Some(g) = Geometry::new(&shape) else {
         return Err(invalid(format!("invalid shape {shape:?}")));
     };
-    let (columns, input, offsets, masks) = (g.taps * g.batch * g.positions, g.batch * g.channels * g.plane, g.batch * g.groups * 2 * g.kernel_len * g.positions, g.batch * g.groups * g.kernel_len * g.positions);
-    let masks = if shape.use_mask { masks } else { 0 };
+    let (columns, input, offsets, masks) = (g.taps * g.batch * g.positions, g.batch * g.channels * g.plane, g.offset_len(), g.mask_len());
     let sizes: &[usize] = match pass {
         DeformPass::Im2col => &[columns, input, offsets, masks],
         DeformPass::Col2im => &[input, columns, offsets, masks],
@@ -106,6 +105,26 @@ impl Geometry {
         let h = y as i64 * self.stride[0] - self.padding[0] + i as i64 * self.dilation[0];
         let w = x as i64 * self.stride[1] - self.padding[1] + j as i64 * self.dilation[1];
         (h as f32, w as f32)
+    }
+
+    /// Where tap `tap` of output position `(y, x)` reads (offset applied) and its mask value;
+    /// `at`: the group's first offset and mask elements ([`Self::offset_at`]).
+    fn point(&self, offset: &[f32], mask: &[f32], at: (usize, usize), tap: usize, y: usize, x: usize) -> (f32, f32, f32) {
+        let (o, m) = at;
+        let pos = y * self.out[1] + x;
+        let (h0, w0) = self.base(tap / self.kernel[1], tap % self.kernel[1], y, x);
+        let h = h0 + offset[o + 2 * tap * self.positions + pos];
+        let w = w0 + offset[o + (2 * tap + 1) * self.positions + pos];
+        (h, w, if self.use_mask { mask[m + tap * self.positions + pos] } else { 1.0 })
+    }
+
+    /// The elements of the offsets and of the mask (0 without one).
+    fn offset_len(&self) -> usize {
+        self.batch * self.groups * 2 * self.kernel_len * self.positions
+    }
+
+    fn mask_len(&self) -> usize {
+        if self.use_mask { self.batch * self.groups * self.kernel_len * self.positions } else { 0 }
     }
 
     /// The first element of the offsets (y, then x: `2 * tap` and `2 * tap + 1`) of batch
@@ -191,26 +210,21 @@ impl Deform {
         let g = &self.g;
         let [input_buffer, offset_buffer, mask_buffer, out_buffer, ..] = buffers;
         let input = unsafe { self.operand(1, g.batch * g.channels * g.plane, input_buffer) };
-        let offset = unsafe { self.operand(2, g.batch * g.groups * 2 * g.kernel_len * g.positions, offset_buffer) };
-        let mask = unsafe { self.operand(3, if g.use_mask { g.batch * g.groups * g.kernel_len * g.positions } else { 0 }, mask_buffer) };
+        let offset = unsafe { self.operand(2, g.offset_len(), offset_buffer) };
+        let mask = unsafe { self.operand(3, g.mask_len(), mask_buffer) };
         let row_len = g.batch * g.positions;
         for c in channels {
             for tap in 0..g.kernel_len {
-                let (i, j) = (tap / g.kernel[1], tap % g.kernel[1]);
                 let row = c * g.kernel_len + tap;
                 unsafe {
                     write(self.slots[0], row * row_len, row_len, out_buffer, |out| {
                         for b in 0..g.batch {
                             let plane = &input[(b * g.channels + c) * g.plane..][..g.plane];
-                            let (o, m) = g.offset_at(b, c);
+                            let at = g.offset_at(b, c);
                             for y in 0..g.out[0] {
                                 for x in 0..g.out[1] {
-                                    let pos = y * g.out[1] + x;
-                                    let (h0, w0) = g.base(i, j, y, x);
-                                    let h = h0 + offset[o + 2 * tap * g.positions + pos];
-                                    let w = w0 + offset[o + (2 * tap + 1) * g.positions + pos];
-                                    let scale = if g.use_mask { mask[m + tap * g.positions + pos] } else { 1.0 };
-                                    out[b * g.positions + pos] = scale * interpolate(plane, g.height, g.width, h, w);
+                                    let (h, w, scale) = g.point(offset, mask, at, tap, y, x);
+                                    out[b * g.positions + y * g.out[1] + x] = scale * interpolate(plane, g.height, g.width, h, w);
                                 }
                             }
                         }
@@ -224,25 +238,21 @@ impl Deform {
         let g = &self.g;
         let [columns_buffer, offset_buffer, mask_buffer, out_buffer, ..] = buffers;
         let columns = unsafe { self.operand(1, g.taps * g.batch * g.positions, columns_buffer) };
-        let offset = unsafe { self.operand(2, g.batch * g.groups * 2 * g.kernel_len * g.positions, offset_buffer) };
-        let mask = unsafe { self.operand(3, if g.use_mask { g.batch * g.groups * g.kernel_len * g.positions } else { 0 }, mask_buffer) };
+        let offset = unsafe { self.operand(2, g.offset_len(), offset_buffer) };
+        let mask = unsafe { self.operand(3, g.mask_len(), mask_buffer) };
         let row_len = g.batch * g.positions;
         for unit in planes {
             let (b, c) = (unit / g.channels, unit % g.channels);
-            let (o, m) = g.offset_at(b, c);
+            let at = g.offset_at(b, c);
             unsafe {
                 write(self.slots[0], unit * g.plane, g.plane, out_buffer, |gi| {
                     gi.fill(0.0);
                     for tap in 0..g.kernel_len {
-                        let (i, j) = (tap / g.kernel[1], tap % g.kernel[1]);
                         let column = &columns[(c * g.kernel_len + tap) * row_len + b * g.positions..][..g.positions];
                         for y in 0..g.out[0] {
                             for x in 0..g.out[1] {
                                 let pos = y * g.out[1] + x;
-                                let (h0, w0) = g.base(i, j, y, x);
-                                let h = h0 + offset[o + 2 * tap * g.positions + pos];
-                                let w = w0 + offset[o + (2 * tap + 1) * g.positions + pos];
-                                let scale = if g.use_mask { mask[m + tap * g.positions + pos] } else { 1.0 };
+                                let (h, w, scale) = g.point(offset, mask, at, tap, y, x);
                                 if !(h.is_finite() && w.is_finite()) {
                                     continue;
                                 }
@@ -272,26 +282,22 @@ impl Deform {
         let [columns_buffer, input_buffer, offset_buffer, mask_buffer, out_buffer, mask_out_buffer] = buffers;
         let columns = unsafe { self.operand(2, g.taps * g.batch * g.positions, columns_buffer) };
         let input = unsafe { self.operand(3, g.batch * g.channels * g.plane, input_buffer) };
-        let offset = unsafe { self.operand(4, g.batch * g.groups * 2 * g.kernel_len * g.positions, offset_buffer) };
-        let mask = unsafe { self.operand(5, if g.use_mask { g.batch * g.groups * g.kernel_len * g.positions } else { 0 }, mask_buffer) };
+        let offset = unsafe { self.operand(4, g.offset_len(), offset_buffer) };
+        let mask = unsafe { self.operand(5, g.mask_len(), mask_buffer) };
         let (row_len, per_group) = (g.batch * g.positions, g.channels / g.groups);
         let offset_channels = g.groups * 2 * g.kernel_len;
         for unit in units {
             let (b, oc) = (unit / offset_channels, unit % offset_channels);
             let (group, within) = (oc / (2 * g.kernel_len), oc % (2 * g.kernel_len));
             let (tap, along_y) = (within / 2, within % 2 == 0);
-            let (i, j) = (tap / g.kernel[1], tap % g.kernel[1]);
-            let (o, m) = g.offset_at(b, group * per_group);
+            let at = g.offset_at(b, group * per_group);
             let mut mask_grad = vec![0.0f32; if g.use_mask && along_y { g.positions } else { 0 }];
             unsafe {
                 write(self.slots[0], unit * g.positions, g.positions, out_buffer, |grad| {
                     for y in 0..g.out[0] {
                         for x in 0..g.out[1] {
                             let pos = y * g.out[1] + x;
-                            let (h0, w0) = g.base(i, j, y, x);
-                            let h = h0 + offset[o + 2 * tap * g.positions + pos];
-                            let w = w0 + offset[o + (2 * tap + 1) * g.positions + pos];
-                            let scale = if g.use_mask { mask[m + tap * g.positions + pos] } else { 1.0 };
+                            let (h, w, scale) = g.point(offset, mask, at, tap, y, x);
                             let (mut sum, mut mask_sum) = (0.0f32, 0.0f32);
                             for k in 0..per_group {
                                 let c = group * per_group + k;
@@ -310,7 +316,7 @@ impl Deform {
                     }
                 });
                 if !mask_grad.is_empty() {
-                    write(self.slots[1], m + tap * g.positions, g.positions, mask_out_buffer, |out| out.copy_from_slice(&mask_grad));
+                    write(self.slots[1], at.1 + tap * g.positions, g.positions, mask_out_buffer, |out| out.copy_from_slice(&mask_grad));
                 }
             }
         }

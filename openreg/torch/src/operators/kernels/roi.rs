@@ -134,30 +134,19 @@ struct Sample {
 
 /// The sample at `(y, x)`: a point up to one pixel outside the map reads the edge, further out
 /// nothing. Written as "not inside" so that a NaN coordinate lands outside too.
-fn sample(height: usize, width: usize, mut y: f32, mut x: f32) -> Sample {
+fn sample(height: usize, width: usize, y: f32, x: f32) -> Sample {
     let (h, w) = (height as f32, width as f32);
     if !(y >= -1.0 && y <= h && x >= -1.0 && x <= w) {
         return Sample::default();
     }
-    y = y.max(0.0);
-    x = x.max(0.0);
-    let (mut y_low, mut x_low) = (y as usize, x as usize);
-    let (y_high, x_high);
-    if y_low >= height - 1 {
-        y_low = height - 1;
-        y_high = y_low;
-        y = y_low as f32;
-    } else {
-        y_high = y_low + 1;
-    }
-    if x_low >= width - 1 {
-        x_low = width - 1;
-        x_high = x_low;
-        x = x_low as f32;
-    } else {
-        x_high = x_low + 1;
-    }
-    let (ly, lx) = (y - y_low as f32, x - x_low as f32);
+    // Along one axis: the two pixels around `v` (both the last one past the edge) and the
+    // distance from the first.
+    let axis = |v: f32, size: usize| {
+        let low = v.max(0.0) as usize;
+        if low >= size - 1 { (size - 1, size - 1, 0.0) } else { (low, low + 1, v.max(0.0) - low as f32) }
+    };
+    let (y_low, y_high, ly) = axis(y, height);
+    let (x_low, x_high, lx) = axis(x, width);
     let (hy, hx) = (1.0 - ly, 1.0 - lx);
     Sample {
         at: [y_low * width + x_low, y_low * width + x_high, y_high * width + x_low, y_high * width + x_high],
