@@ -69,6 +69,7 @@ COMPARATIVE = re.compile(r"\b(faster|slower|shines?|far below|tracks|beats?|outp
 NOT_MEASURED = {
     "below 1.0 is a kernel faster than the CPU's": "defines which way a ratio reads",
     "so below 1 is faster": "defines which way a ratio reads",
+    "Faster R-CNN": "a model's name",
     "A step can be slower than all of its operators": "a possibility the bullet explains",
     "A different PyTorch path is not a slower kernel": "about which path runs, not a speed",
     "many times slower along a middle dimension": "a pitfall's general lesson",
