@@ -1,5 +1,33 @@
+import contextlib
+import fcntl
+import os
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(Path(__file__).parent))
+
+
+@contextlib.contextmanager
+def one_crate_build_at_a_time(crate: Path):
+    """Chapter crates share one cargo target directory (their dependencies are built once), and
+    cargo gives every copy of a crate named `torch-openreg` the same artifacts, judged fresh by
+    modification time. A copy made while another crate was building is older than that build's
+    output, and cargo would hand it the other crate's library. So builds take turns, and a
+    crate's files are touched once its turn has come: newer than anything built before."""
+    lock_path = ROOT / "target" / "listings" / ".build-lock"
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock_path, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            for path in crate.rglob("*"):
+                if path.is_file():
+                    os.utime(path)
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def built_from(log: str, package: str, crate: Path) -> bool:
+    """Cargo's own line saying it compiled this copy (not a stale library of another)."""
+    return f"Compiling {package} v0.1.0 ({crate})" in log

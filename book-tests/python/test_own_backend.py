@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, built_from, one_crate_build_at_a_time
 
 VENV = ROOT / ".venv"
 CHAPTER = ROOT / "src" / "own-backend.md"
@@ -104,9 +104,11 @@ def test_rename_then_first_op_then_build_and_test(tmp_path):
         "CCACHE_BASEDIR": str(tmp_path),
     }
     build_env.pop("CXX", None)  # the crate's build.rs picks ccache by itself
-    build = subprocess.run([str(VENV / "bin" / "maturin"), "develop", "--release"], cwd=crate,
-                           env=build_env, capture_output=True, text=True, timeout=1200)
+    with one_crate_build_at_a_time(crate):
+        build = subprocess.run([str(VENV / "bin" / "maturin"), "develop", "--release"], cwd=crate,
+                               env=build_env, capture_output=True, text=True, timeout=1200)
     assert build.returncode == 0, build.stdout + build.stderr
+    assert built_from(build.stderr, "torch-mydev", crate), build.stderr
 
     tests = subprocess.run([str(env / "bin" / "python"), "-P", "-m", "pytest", "-q", "-p", "no:cacheprovider",
                             "tests"], cwd=crate, env=build_env, capture_output=True, text=True, timeout=900)
