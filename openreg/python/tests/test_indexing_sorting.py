@@ -117,6 +117,87 @@ def test_index_put(accumulate, dtype, device):
         same(got, expected)
 
 
+# Writes through integer indices: the values' shape is the indexing result's, or broadcasts to
+# it. Each case returns the written base tensor (a view's writes land in it).
+PUT_CASES = {
+    "one index": lambda x, i, v, acc: put(x, [i], v(3, 5, 6), acc),
+    "negative and repeated": lambda x, i, v, acc: put(x, [torch.tensor([-1, 0, -1, 3]).to(i.device)], v(4, 5, 6), acc),
+    "two broadcast indices": lambda x, i, v, acc: put(x, [i.view(-1, 1), i.view(1, -1)], v(3, 3, 6), acc),
+    "slice then index": lambda x, i, v, acc: put(x, [None, i], v(4, 3, 6), acc),
+    "index, slice, index": lambda x, i, v, acc: put(x, [i, None, i], v(3, 5), acc),
+    "value broadcast": lambda x, i, v, acc: put(x, [i, i], v(6), acc),
+    "0-dim index": lambda x, i, v, acc: put(x, [i[0]], v(5, 6), acc),
+    "int32 indices": lambda x, i, v, acc: put(x, [i.int()], v(3, 5, 6), acc),
+    "CPU indices": lambda x, i, v, acc: put(x, [i.cpu()], v(3, 5, 6), acc),
+    "empty index": lambda x, i, v, acc: put(x, [i[:0]], v(0, 5, 6), acc),
+    "transposed target": lambda x, i, v, acc: (put(x.transpose(0, 2), [i], v(3, 5, 4), acc), x)[1],
+    "strided target": lambda x, i, v, acc: (put(x[:, ::2], [i], v(3, 3, 6), acc), x)[1],
+}
+
+
+def put(x, indices, values, accumulate):
+    """`x[indices] = values` (`+=` with accumulate, repeated positions adding up); None in
+    `indices` stands for a whole dimension, as `:` does in `x[:, i]`."""
+    return torch.ops.aten.index_put_(x, indices, values, accumulate)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", FLOATS + [torch.float64] + INTS + [torch.bool, torch.complex64])
+@pytest.mark.parametrize("accumulate", [False, True])
+@pytest.mark.parametrize("case", PUT_CASES, ids=str)
+def test_index_put_through_integer_indices(case, accumulate, dtype, device):
+    if accumulate and dtype in (torch.bool, torch.complex64):
+        pytest.skip("no device sum for bool or complex: the host path, in test_index_put")
+    torch.manual_seed(0)
+    values = make((24, 30), dtype) if dtype not in (torch.bool, torch.complex64) else \
+        (torch.rand(24, 30) > 0.5 if dtype == torch.bool else torch.randn(24, 30, dtype=dtype))
+    x = make((4, 5, 6), dtype) if dtype not in (torch.bool, torch.complex64) else torch.zeros(4, 5, 6, dtype=dtype)
+    fn = PUT_CASES[case]
+
+    def write(x, i, values):
+        def v(*shape):  # values of that shape, the same on both devices
+            return values.flatten()[:torch.Size(shape).numel()].view(shape)
+        return fn(x.clone(), i, v, accumulate)
+
+    got, expected = native(write, x, torch.tensor([3, 0, 3]), values, device=device)
+    same(got, expected)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_write_out_of_range_is_cpus_index_error_and_writes_nothing(device):
+    x = torch.randn(3, 4, device=device)
+    before = x.cpu()
+    for index, message in [((torch.tensor([0, 3]),), "index 3 is out of bounds for dimension 0 with size 3"),
+                           ((slice(None), torch.tensor([[0, -5]])), "index -5 is out of bounds for dimension 1 with size 4")]:
+        with pytest.raises(IndexError, match=message):
+            x.cpu()[index] = 1.0  # CPU's class and message
+        with pytest.raises(IndexError, match=message):
+            x[tuple(t.to(device) if isinstance(t, torch.Tensor) else t for t in index)] = 1.0
+            torch.openreg.synchronize(device)
+        assert torch.equal(x.cpu(), before)  # every index is checked before any write
+    with pytest.raises(IndexError, match="index out of range in self"):
+        x.index_add_(0, torch.tensor([0, 3], device=device), torch.ones(2, 4, device=device))
+        torch.openreg.synchronize(device)
+    assert torch.equal(x.cpu(), before)
+
+
+@pytest.mark.parametrize("write", ["index", "index_put_", "index_put_ accumulate", "index_add_"])
+def test_integer_indices_do_not_wait_for_the_device(write):
+    """The index values are read on the stream: with a long kernel queued, the call returns
+    before the stream is done (reading them on the host would have waited for it)."""
+    x, i = torch.randn(64, 8, device="openreg"), torch.tensor([5, 1, 5], device="openreg")
+    ops = {"index": lambda: x[i], "index_put_": lambda: x.index_put_((i,), torch.ones(8, device="openreg")),
+           "index_put_ accumulate": lambda: x.index_put_((i,), torch.ones(8, device="openreg"), accumulate=True),
+           "index_add_": lambda: x.index_add_(0, i, torch.ones(3, 8, device="openreg"))}
+    a = torch.randn(1536, 1536, device="openreg")
+    torch.openreg.synchronize()
+    busy = a @ a @ a
+    ops[write]()
+    assert not torch.openreg.current_stream().query(), "the call waited for the stream"
+    torch.openreg.synchronize()
+    del busy
+
+
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64, torch.int32])
 @pytest.mark.parametrize("dim", [0, 1, -1])

@@ -320,7 +320,13 @@ def test_index_add_empty_0_dim_integers_and_errors(device):
     ints = torch.arange(6).reshape(2, 3)
     torch.testing.assert_close(ints.to(device).index_add(1, torch.tensor([2, 2], device=device), ints[:, :2].to(device)).cpu(),
                                ints.index_add(1, torch.tensor([2, 2]), ints[:, :2]))
-    same_error(lambda x, i: x.index_add(0, i, torch.ones(2, device=x.device)), [x, torch.tensor([0, 3])], [x.to(device), torch.tensor([0, 3], device=device)])
+    # An index out of range: CPU's error at the call; the device's kernel reads the index on the
+    # stream and reports it at the synchronize, as a device-side assert.
+    with pytest.raises(IndexError, match="^index out of range in self$"):
+        x.index_add(0, torch.tensor([0, 3]), torch.ones(2))
+    with pytest.raises(IndexError, match="index out of range in self$"):
+        x.to(device).index_add(0, torch.tensor([0, 3], device=device), torch.ones(2, device=device))
+        torch.openreg.synchronize(device)
     same_error(lambda x, i: x.index_add(0, i, torch.ones(3, device=x.device)), [x, torch.tensor([0, 1])], [x.to(device), torch.tensor([0, 1], device=device)])
 
 

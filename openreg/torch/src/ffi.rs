@@ -31,7 +31,7 @@ use crate::operators::kernels::pooling::launch_pool;
 use crate::operators::kernels::nonzero::launch_nonzero;
 use crate::operators::kernels::upsample::launch_resize;
 use crate::operators::kernels::roi::launch_roi;
-use crate::operators::kernels::advanced_indexing::launch_index;
+use crate::operators::kernels::advanced_indexing::{launch_index, launch_index_write};
 use crate::operators::kernels::nms::launch_nms;
 use crate::operators::kernels::deform_conv::launch_deform;
 use crate::operators::kernels::random::{launch_multinomial, launch_random, launch_randperm};
@@ -438,6 +438,16 @@ pub(crate) mod ffi {
         dim_strides: Vec<i64>,
     }
 
+    /// What a write through advanced indexing does (`kernels/advanced_indexing.rs`):
+    /// `x[idx] = v`, `x[idx] += v` (index_put_ with accumulate), or index_add_ (the same sum,
+    /// with index_add_'s error message).
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    enum IndexWrite {
+        Assign,
+        Accumulate,
+        IndexAdd,
+    }
+
     /// torchvision's region-of-interest operators (`kernels/roi.rs`).
     #[derive(Debug, Clone, Copy, PartialEq, Eq)]
     enum RoiOp {
@@ -794,6 +804,9 @@ pub(crate) mod ffi {
         fn launch_resize(mode: Resize, shape: ResizeShape, out: Dense, input: Dense, device: i64) -> Result<bool>;
         /// `out = source[indices...]`, the index values read on the stream.
         fn launch_index(source: Dense, out: Dense, item: usize, layout: &IndexLayout, indices: &[Dense], device: i64) -> Result<()>;
+        /// `target[indices...] = values` (or `+=`), the index values read on the stream; false
+        /// if the dtype has no arithmetic here.
+        fn launch_index_write(op: IndexWrite, target: Dense, values: Dense, item: usize, layout: &IndexLayout, indices: &[Dense], device: i64) -> Result<bool>;
         /// torchvision's roi operators: forward (output, mapping | input, boxes) or backward
         /// (grad_input | mapping, grad, boxes); false if a dtype is not ours.
         fn launch_roi(op: RoiOp, backward: bool, shape: RoiShape, operands: &[Dense], device: i64) -> Result<bool>;

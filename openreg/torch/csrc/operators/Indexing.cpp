@@ -1,14 +1,12 @@
 // Advanced indexing: `x[idx]` (index) and `x[idx] = v`, `x[rows, cols] += v` (index_put_ with
 // accumulate): integer index tensors, or bool masks (their true positions), broadcast together,
-// with CPU's rules for where the indexed dimensions land in the result. `x[idx]` with integer
-// indices runs on the stream: a Rust kernel reads the index values and the elements
-// (kernels/advanced_indexing.rs). Masks, and the writes, read the indices on the host (a mask's
-// true positions decide the shape; CPU raises IndexError for a write out of range) and turn
-// them into element offsets, which a Rust kernel then reads (the gather index_select uses) or
-// writes (kernels/indexing.rs) on the stream. index_add
-// (`out[..., index[i], ...] += alpha * source[..., i, ...]`) is the same accumulating write,
-// and masked_scatter_ (masked_select's backward) the same plain write at the mask's true
-// elements.
+// with CPU's rules for where the indexed dimensions land in the result. With integer indices
+// both directions run on the stream: a Rust kernel reads the index values and the elements
+// (kernels/advanced_indexing.rs); index_add (`out[..., index[i], ...] += alpha * source[..., i,
+// ...]`) is the same accumulating write. Masks read their true positions on the host (they
+// decide the shape) and turn them into element offsets, which a Rust kernel then reads (the
+// gather index_select uses) or writes (kernels/indexing.rs) on the stream; masked_scatter_
+// (masked_select's backward) is the same plain write at the mask's true elements.
 
 #include "operators/Structured.h"
 
@@ -167,15 +165,19 @@ std::vector<at::Tensor> broadcast_together(const std::vector<at::Tensor>& index)
   }
 }
 
-// ANCHOR: device_index
 // x[i0, i1, ...] with integer index tensors: the result's layout follows from the shapes, and
 // the kernel reads the index values on the stream (kernels/advanced_indexing.rs), so nothing
 // waits for the device; an index out of range is an IndexError at the stream's next
-// synchronize, as a GPU's device-side assert. False, having done nothing, for a bool or byte
-// mask: its true positions are data, read on the host as CUDA reads them.
-bool device_index(const at::Tensor& self, const c10::List<std::optional<at::Tensor>>& indices, at::Tensor& out) {
-  std::vector<int64_t> dims;
-  std::vector<at::Tensor> index;
+// synchronize, as a GPU's device-side assert. Bool and byte masks are not: their true
+// positions are data, read on the host as CUDA reads them.
+struct DeviceIndices {
+  std::vector<int64_t> dims;      // the dimensions the index tensors address
+  std::vector<at::Tensor> index;  // int64, on the device, broadcast together, contiguous
+};
+
+// False, having done nothing, if an index is a mask or there is none.
+bool device_indices(const at::Tensor& self, const c10::List<std::optional<at::Tensor>>& indices, DeviceIndices& out) {
+  std::vector<at::Tensor> given;
   int64_t d = 0;
   for (size_t k = 0; k < indices.size(); ++k) {
     const std::optional<at::Tensor> t = indices.get(k);
@@ -186,28 +188,31 @@ bool device_index(const at::Tensor& self, const c10::List<std::optional<at::Tens
     if (t->scalar_type() == at::kByte || t->scalar_type() == at::kBool) {
       return false;
     }
-    dims.push_back(d++);
-    index.push_back(*t);
+    out.dims.push_back(d++);
+    given.push_back(*t);
   }
-  if (index.empty()) {
+  if (given.empty()) {
     return false;
   }
-  std::vector<at::Tensor> expanded = broadcast_together(index);
-  for (auto& t : expanded) {
-    t = t.to(self.device(), at::kLong).contiguous();  // a CPU index is copied to the device
+  for (const auto& t : broadcast_together(given)) {
+    out.index.push_back(t.to(self.device(), at::kLong).contiguous());  // a CPU index is copied to the device
   }
-  const at::Tensor source = self.contiguous();
-  const auto broadcast = expanded[0].sizes();
+  return true;
+}
+
+// The layout the kernel walks, over `operand`'s strides; `shape` is the result's.
+IndexLayout index_layout(const at::Tensor& operand, const DeviceIndices& indices, std::vector<int64_t>& shape) {
+  const auto broadcast = indices.index[0].sizes();
   std::vector<int64_t> flat_stride(broadcast.size(), 1);  // row-major strides of the index shape
   for (int64_t j = static_cast<int64_t>(broadcast.size()) - 2; j >= 0; --j) {
     flat_stride[j] = flat_stride[j + 1] * broadcast[j + 1];
   }
   IndexLayout layout;
-  std::vector<int64_t> shape;
-  for (int64_t s : result_sources(self, dims, broadcast.size())) {
-    shape.push_back(s >= 0 ? self.size(s) : broadcast[-1 - s]);
+  shape.clear();
+  for (int64_t s : result_sources(operand, indices.dims, broadcast.size())) {
+    shape.push_back(s >= 0 ? operand.size(s) : broadcast[-1 - s]);
     layout.shape.push_back(shape.back());
-    layout.source_strides.push_back(s >= 0 ? source.stride(s) : 0);
+    layout.source_strides.push_back(s >= 0 ? operand.stride(s) : 0);
     layout.index_strides.push_back(s >= 0 ? 0 : flat_stride[-1 - s]);
   }
   if (shape.empty()) {  // 0-dim indices into a 1-D tensor: a 0-dim result, one element
@@ -215,19 +220,36 @@ bool device_index(const at::Tensor& self, const c10::List<std::optional<at::Tens
     layout.source_strides.push_back(0);
     layout.index_strides.push_back(0);
   }
-  for (int64_t dim : dims) {
+  for (int64_t dim : indices.dims) {
     layout.dims.push_back(dim);
-    layout.dim_sizes.push_back(self.size(dim));
-    layout.dim_strides.push_back(source.stride(dim));
+    layout.dim_sizes.push_back(operand.size(dim));
+    layout.dim_strides.push_back(operand.stride(dim));
   }
+  return layout;
+}
+
+std::vector<Dense> dense_all(const std::vector<at::Tensor>& tensors) {
+  std::vector<Dense> slots;
+  for (const auto& t : tensors) {
+    slots.push_back(dense(t));
+  }
+  return slots;
+}
+
+// ANCHOR: device_index
+bool device_index(const at::Tensor& self, const c10::List<std::optional<at::Tensor>>& indices, at::Tensor& out) {
+  DeviceIndices index;
+  if (!device_indices(self, indices, index)) {
+    return false;
+  }
+  const at::Tensor source = self.contiguous();
+  std::vector<int64_t> shape;
+  const IndexLayout layout = index_layout(source, index, shape);
   at::assert_no_internal_overlap(out);
   at::assert_no_overlap(out, self);
   at::native::resize_output(out, shape);
   const at::Tensor dst = out.is_contiguous() ? out : at::empty(shape, out.options());
-  std::vector<Dense> slots;
-  for (const auto& t : expanded) {
-    slots.push_back(dense(t));
-  }
+  const std::vector<Dense> slots = dense_all(index.index);
   call([&] {
     launch_index(dense(source), dense(dst), self.element_size(), layout, {slots.data(), slots.size()},
                  self.device().index());
@@ -238,6 +260,34 @@ bool device_index(const at::Tensor& self, const c10::List<std::optional<at::Tens
   return true;
 }
 // ANCHOR_END: device_index
+
+// ANCHOR: device_index_write
+// x[i0, i1, ...] = values (`+=` with accumulate; index_add_ is one too): the same layout,
+// over the target's own strides, with every index checked on the stream before anything is
+// written. False, having done nothing, for masks, a target that overlaps itself, and a dtype
+// the kernel has no sum for.
+bool device_index_write(IndexWrite op, const at::Tensor& self, const DeviceIndices& index, const at::Tensor& values) {
+  if (at::has_internal_overlap(self) == at::MemOverlap::Yes) {  // an expanded target
+    return false;
+  }
+  // A non-dense target (a strided slice) is written through a dense copy.
+  const at::Tensor target = self.is_non_overlapping_and_dense() ? self : self.contiguous();
+  std::vector<int64_t> shape;
+  const IndexLayout layout = index_layout(target, index, shape);
+  TORCH_CHECK(at::is_expandable_to(values.sizes(), shape), "shape mismatch: value tensor of shape ", values.sizes(),
+              " cannot be broadcast to indexing result of shape ", c10::IntArrayRef(shape));
+  const at::Tensor v = values.expand(shape).contiguous();
+  const std::vector<Dense> slots = dense_all(index.index);
+  const bool done = call([&] {
+    return launch_index_write(op, dense(target), dense(v), self.element_size(), layout, {slots.data(), slots.size()},
+                              self.device().index());
+  });
+  if (done && !target.is_same(self)) {
+    self.copy_(target);
+  }
+  return done;
+}
+// ANCHOR_END: device_index_write
 
 at::Tensor& index_out(const at::Tensor& self, const c10::List<std::optional<at::Tensor>>& indices, at::Tensor& out) {
   check_devices("index.Tensor_out", {{"self", &self}, {"out", &out}});
@@ -305,6 +355,12 @@ at::Tensor& index_put_impl_(at::Tensor& self, const c10::List<std::optional<at::
       at::assert_no_overlap(self, *t);
     }
   }
+  check_indices(self, indices);
+  DeviceIndices on_device;
+  if (values.scalar_type() == self.scalar_type() && device_indices(self, indices, on_device) &&
+      device_index_write(accumulate ? IndexWrite::Accumulate : IndexWrite::Assign, self, on_device, values)) {
+    return self;
+  }
   std::vector<int64_t> dims;
   std::vector<at::Tensor> index;
   host_indices(self, indices, dims, index);
@@ -357,34 +413,14 @@ at::Tensor index_add(const at::Tensor& self, int64_t dim, const at::Tensor& inde
   if (index.numel() == 0 || source.numel() == 0) {
     return s.result();
   }
-  // The values of `index` (waiting for the device), checked as CPU checks them.
-  const at::Tensor host_index = host_alias(index.contiguous()).to(at::kLong).view(-1);
-  const int64_t* values = host_index.const_data_ptr<int64_t>();
-  const int64_t size = out.dim() == 0 ? 1 : out.size(dim);
-  for (int64_t i = 0; i < host_index.numel(); ++i) {
-    TORCH_CHECK_INDEX(values[i] >= 0 && values[i] < size, "index out of range in self");
-  }
-  // Each source element's offset in `out`: its coordinates, with the one along `dim` replaced
-  // by the index value.
-  const int64_t ndim = source.dim();
-  std::vector<int64_t> coord(ndim, 0), offsets;
-  offsets.reserve(source.numel());
-  for (int64_t n = 0; n < source.numel(); ++n) {
-    int64_t offset = 0;
-    for (int64_t d = 0; d < ndim; ++d) {
-      offset += (d == dim ? values[coord[d]] : coord[d]) * out.stride(d);
-    }
-    offsets.push_back(offset);
-    for (int64_t d = ndim - 1; d >= 0 && ++coord[d] == source.size(d); --d) {
-      coord[d] = 0;
-    }
-  }
-  const at::Tensor scaled = alpha.equal(1) ? source.contiguous() : source.mul(alpha).contiguous();
-  const bool done = call([&] {
-    return launch_index_put(dense(out), {offsets.data(), offsets.size()}, dense(scaled),
-                            /*accumulate=*/true, out.device().index());
-  });
-  if (!done) {
+  // index_put_ with accumulate along `dim`: (None,) * dim + (index,), the index values read
+  // on the stream. A 0-dim result is the 1-element tensor it views.
+  DeviceIndices along;
+  along.dims.push_back(out.dim() == 0 ? 0 : dim);
+  along.index.push_back(index.to(at::kLong).reshape({-1}).contiguous());
+  const at::Tensor target = out.dim() == 0 ? out.view({1}) : out;
+  const at::Tensor scaled = alpha.equal(1) ? source : source.mul(alpha);
+  if (!device_index_write(IndexWrite::IndexAdd, target, along, out.dim() == 0 ? scaled.view({1}) : scaled)) {
     on_host("index_add", out.scalar_type(), [&] {
       host_alias(out).index_add_(dim, host_alias(index), host_alias(source), alpha);
     });

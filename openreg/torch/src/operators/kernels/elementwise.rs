@@ -161,6 +161,8 @@ fn copy_raw(layout: &Layout, dst: usize, src: usize, size: usize) {
 pub(crate) const BLOCK: usize = 512;
 /// The smallest part worth a thread of its own (waking one costs microseconds).
 const PARALLEL: usize = 1 << 15;
+/// Rows shorter than this are computed a block of rows at a time ([`Elementwise::run_short_rows`]).
+const SHORT_ROW: usize = 32;
 
 // ANCHOR: parallel
 /// Splits `0..n` into one part per thread (none smaller than [`PARALLEL`]) and runs
@@ -324,6 +326,10 @@ impl Elementwise {
         // The rows are the elements of the other dimensions, walked as a layout of their own.
         let rows = Layout { shape: l.shape[1..].into(), strides: l.strides[1..].into() };
         let inner = l.shape[0];
+        if inner < SHORT_ROW {
+            self.run_short_rows(&rows, inner);
+            return true;
+        }
         parallel_min(rows.numel(), (PARALLEL / inner).max(1), |start, count| {
             let mut filled = [[0f32; BLOCK]; 3];
             for (k, s) in self.inputs.iter().enumerate() {
@@ -352,6 +358,67 @@ impl Elementwise {
         true
     }
     // ANCHOR_END: rows
+
+    /// [`Elementwise::run_rows`] for rows shorter than [`SHORT_ROW`] (`x * scale` with a
+    /// scale per row of 8): a call of the arithmetic per row cost more than the row's
+    /// elements, so a block of rows is one call. Within a run of equally spaced rows, an
+    /// operand whose rows lie back to back is used where it is; the others are gathered.
+    fn run_short_rows(&self, rows: &Layout, inner: usize) {
+        let along = |k: usize| self.layout.strides[0][k];
+        let packed = |k: usize| rows.strides[0][k] == (inner * 4) as isize && along(k) == 4;
+        let per_block = BLOCK / inner;
+        parallel_min(rows.numel(), (PARALLEL / inner).max(1), |start, count| {
+            SCRATCH.with_borrow_mut(|scratch| {
+                let [a, b, c, o] = &mut **scratch;
+                let mut bufs = [a, b, c];
+                for (k, s) in self.inputs.iter().enumerate() {
+                    if let Source::Constant(v) = *s {
+                        bufs[k].fill(v);
+                    }
+                }
+                rows.walk(start, count, |offsets, len| {
+                    let mut done = 0;
+                    while done < len {
+                        let n = (len - done).min(per_block);
+                        // Operand k's address of row `done + r` of this run.
+                        let row = |k: usize, base: usize, r: usize| {
+                            (base as isize + offsets[k] + (done + r) as isize * rows.strides[0][k]) as *mut f32
+                        };
+                        let mut ins = [bufs[0].as_ptr(), bufs[1].as_ptr(), bufs[2].as_ptr()];
+                        for (k, s) in self.inputs.iter().enumerate() {
+                            let Source::Memory { base, .. } = *s else { continue };
+                            // SAFETY: C++ checked every operand's extent against its allocation.
+                            unsafe {
+                                if packed(k + 1) {
+                                    ins[k] = row(k + 1, base, 0);
+                                } else if along(k + 1) == 0 {
+                                    for r in 0..n {
+                                        bufs[k][r * inner..(r + 1) * inner].fill(*row(k + 1, base, r));
+                                    }
+                                } else {
+                                    for r in 0..n {
+                                        copy_short(row(k + 1, base, r), bufs[k][r * inner..].as_mut_ptr(), inner);
+                                    }
+                                }
+                            }
+                        }
+                        // SAFETY: as above; each part writes its own rows of the output.
+                        unsafe {
+                            if packed(0) {
+                                compute(self.op, self.scalars, ins, row(0, self.out.0, 0), n * inner);
+                            } else {
+                                compute(self.op, self.scalars, ins, o.as_mut_ptr(), n * inner);
+                                for r in 0..n {
+                                    copy_short(o[r * inner..].as_ptr(), row(0, self.out.0, r), inner);
+                                }
+                            }
+                        }
+                        done += n;
+                    }
+                });
+            });
+        });
+    }
 
     fn run_range(&self, start: usize, count: usize) {
         SCRATCH.with_borrow_mut(|scratch| {
@@ -399,6 +466,32 @@ impl Elementwise {
                 compute(self.op, self.scalars, ins, o.as_mut_ptr(), n);
                 dtype::store(dtype, dst, stride(0), &o[..n]);
             }
+        }
+    }
+}
+
+/// Copies a short row without a call to `memcpy`, whose call cost more than the copy.
+///
+/// # Safety
+/// `src` and `dst` hold `n` floats each and do not overlap.
+#[inline(always)]
+unsafe fn copy_short(src: *const f32, dst: *mut f32, n: usize) {
+    let mut i = 0;
+    unsafe {
+        while i + 8 <= n {
+            dst.add(i).cast::<[f32; 8]>().write_unaligned(src.add(i).cast::<[f32; 8]>().read_unaligned());
+            i += 8;
+        }
+        if i + 4 <= n {
+            dst.add(i).cast::<[f32; 4]>().write_unaligned(src.add(i).cast::<[f32; 4]>().read_unaligned());
+            i += 4;
+        }
+        if i + 2 <= n {
+            dst.add(i).cast::<[f32; 2]>().write_unaligned(src.add(i).cast::<[f32; 2]>().read_unaligned());
+            i += 2;
+        }
+        if i < n {
+            *dst.add(i) = *src.add(i);
         }
     }
 }
