@@ -215,7 +215,30 @@ impl Reduce {
             Layout { shape: smallvec::smallvec![1], strides: smallvec::smallvec![[0; super::walk::MAX_OPERANDS]] }
         };
         let step = others.strides[0];
+        let sum = !extremum(self.op);
         others.walk(0, others.numel(), |offsets, runs| {
+            // Runs that add into one row of `acc` (dimension 0 of the others is reduced), of
+            // float32 and short: added in float32, 64 runs at a time, then into float64 (a
+            // float64 conversion per element cost more than the sum).
+            if sum && step[2] == 0 && dtype == Dtype::Float && stride == 4 && len <= BLOCK {
+                let row = &mut acc[offsets[2] as usize..offsets[2] as usize + len];
+                for first in (0..runs).step_by(64) {
+                    let partial = &mut buf[..len];
+                    partial.fill(0.0);
+                    for r in first..(first + 64).min(runs) {
+                        let src = (base as isize + offsets[1] + r as isize * step[1]) as *const f32;
+                        // SAFETY: C++ checked the input's extent against its storage.
+                        let xs = unsafe { std::slice::from_raw_parts(src, len) };
+                        for (p, &x) in partial.iter_mut().zip(xs) {
+                            *p += x;
+                        }
+                    }
+                    for (a, &p) in row.iter_mut().zip(partial.iter()) {
+                        *a += f64::from(p);
+                    }
+                }
+                return;
+            }
             for r in 0..runs as isize {
                 let (from, into) = (offsets[1] + r * step[1], offsets[2] + r * step[2]);
                 let mut done = 0;
@@ -246,11 +269,27 @@ impl Reduce {
             }
         });
         let mut o = 0;
+        let step = kept.strides.first().map_or(0, |s| s[0]);
         kept.walk(0, outputs, |offsets, len| {
-            for i in 0..len {
-                let at = offsets[0] + i as isize * kept.strides.first().map_or(0, |s| s[0]);
-                self.write(at, Acc { op: self.op, value: acc[o] });
-                o += 1;
+            let values = &acc[o..o + len];
+            o += len;
+            if self.out.1 == Dtype::Float && step == 4 {
+                // A contiguous float32 run of outputs: one tight loop, not a dispatch per value.
+                // SAFETY: C++ checked the output's extent against its live allocation.
+                let out = unsafe { std::slice::from_raw_parts_mut((self.out.0 as isize + offsets[0]) as *mut f32, len) };
+                if self.op == Reduction::Mean {
+                    for (d, &v) in out.iter_mut().zip(values) {
+                        *d = (v / self.count) as f32;
+                    }
+                } else {
+                    for (d, &v) in out.iter_mut().zip(values) {
+                        *d = v as f32;
+                    }
+                }
+                return;
+            }
+            for (i, &value) in values.iter().enumerate() {
+                self.write(offsets[0] + i as isize * step, Acc { op: self.op, value });
             }
         });
     }
@@ -262,19 +301,25 @@ impl Reduce {
         let mut acc = Acc::new(self.op);
         let (base, dtype) = self.input;
         let stride = reduced.strides.first().map_or(0, |s| s[1]);
-        if let ([n], [s], Dtype::Float) = (&reduced.shape[..], &reduced.strides[..], dtype)
-            && s[1] == 4
+        // One or two reduced dimensions, the first a contiguous float32 run (`x.sum(-1)` over
+        // short rows, or over the batch and the last dimension): no walk to set up, and short
+        // runs added in float64 directly.
+        let (shape, strides) = (&reduced.shape[..], &reduced.strides[..]);
+        if dtype == Dtype::Float
+            && (1..=2).contains(&shape.len())
+            && strides[0][1] == 4
             && start == 0
-            && count == *n
+            && count == reduced.numel()
         {
-            // One contiguous float32 run (`x.sum(-1)` over short rows): no walk to set up, and
-            // a short one added in float64 directly.
-            // SAFETY: C++ checked the input's extent against its live allocation.
-            let xs = unsafe { std::slice::from_raw_parts((base as isize + at) as *const f32, count) };
-            if count <= 64 && !extremum(self.op) {
-                acc.value = xs.iter().map(|&x| f64::from(x)).sum();
-            } else {
-                acc.add(xs);
+            let (n, outer, step) = (shape[0], shape.get(1).copied().unwrap_or(1), strides.get(1).map_or(0, |s| s[1]));
+            for j in 0..outer as isize {
+                // SAFETY: C++ checked the input's extent against its live allocation.
+                let xs = unsafe { std::slice::from_raw_parts((base as isize + at + j * step) as *const f32, n) };
+                if n <= 64 && !extremum(self.op) {
+                    acc.value += xs.iter().map(|&x| f64::from(x)).sum::<f64>();
+                } else {
+                    acc.add(xs);
+                }
             }
             return acc;
         }
