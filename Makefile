@@ -12,7 +12,7 @@ STAMP  := $(VENV)/.setup-$(shell cat requirements.txt | sha1sum | cut -c1-12)
 # ccache makes C++ rebuilds after a `cargo clean` or a header-neutral edit take seconds.
 CXX_CMD = $$(command -v ccache >/dev/null && echo "ccache c++" || echo c++)
 
-.PHONY: help setup build reader book book-outputs test test-rust test-python python-tests test-book book-checks serve bench bench-build clean
+.PHONY: help setup system-packages book-tools build reader book book-outputs test test-rust test-python python-tests test-book book-checks serve bench bench-build clean
 
 help:
 	@echo "make serve   set up, build the backend, serve the book on http://localhost:3000"
@@ -23,13 +23,20 @@ help:
 	@echo "make book-outputs  regenerate the terminal output shown in the book"
 
 # ANCHOR: setup
-setup: $(STAMP)
+# What a fresh machine lacks is fetched side by side: pip waits on the network, apt on the
+# network and the disk, cargo's build of mdbook-linkcheck2 on both cores.
+setup:
+	@$(MAKE) --no-print-directory -s -j3 --output-sync=target $(STAMP) system-packages book-tools
+
+system-packages:
 	@missing=""; \
 	command -v ccache >/dev/null || missing="$$missing ccache"; \
 	command -v $${OPENREG_CHROMIUM:-chromium} >/dev/null || missing="$$missing chromium"; \
 	if [ -n "$$missing" ]; then \
 	  echo "== installing$$missing (apt)"; \
 	  apt-get update -qq && apt-get install -y -qq $$missing >/dev/null; fi
+
+book-tools:
 	@command -v mdbook-linkcheck2 >/dev/null || { \
 	  echo "== installing mdbook-linkcheck2 (cargo, a few minutes once)"; \
 	  cargo install --locked --quiet mdbook-linkcheck2 --version 0.13.0; }
@@ -46,6 +53,12 @@ $(STAMP): requirements.txt
 # The first build installs torch_openreg into the venv (editable, with its entry points); later
 # builds only rebuild the extension module in place, until pyproject.toml changes. Then the
 # Python-free library for C++ programs.
+# Cargo resolves features over the packages one command builds. pyo3's macros ask more of `syn`
+# than the rest of the tree does, and that changes the hash of every crate above a derive macro
+# (gemm, the glue): a cargo command without the Python module would compile them all again, C++
+# included, beside maturin's. So cargo commands name the module too, and set the one variable
+# maturin sets that pyo3's build script watches.
+AS_MATURIN = PYO3_ENVIRONMENT_SIGNATURE=cpython-$$($(PY) -c 'import sys; print("%d.%d" % sys.version_info[:2])')-64bit
 INSTALLED := $(VENV)/.openreg-$(shell cat openreg/python/pyproject.toml | sha1sum | cut -c1-12)
 build: setup
 	@if [ -e $(INSTALLED) ] && $(PY) -c "import importlib.metadata as m; m.version('torch_openreg')" 2>/dev/null; \
@@ -55,7 +68,7 @@ build: setup
 	  | grep -v -e "Requirement already satisfied" -e "patchelf"; \
 	touch $(INSTALLED)
 	@# libtorch_openreg.so: the same backend for C++ programs (AOTInductor's loader, no Python).
-	CXX="$(CXX_CMD)" cargo build --release --quiet -p openreg-cpp
+	$(AS_MATURIN) CXX="$(CXX_CMD)" cargo build --release --quiet -p openreg-cpp -p openreg-python
 # ANCHOR_END: build
 
 # ANCHOR: reader
@@ -77,7 +90,7 @@ test: build test-rust
 	$(MAKE) --no-print-directory -j2 --output-sync=target python-tests book-checks
 
 test-rust:
-	CXX="$(CXX_CMD)" cargo test --release -p openreg-runtime -p openreg-torch
+	$(AS_MATURIN) CXX="$(CXX_CMD)" cargo test --release -p openreg-runtime -p openreg-torch -p openreg-python
 
 # Compile tests keep Inductor's cache in the build tree: a second run reuses what the first compiled.
 # The tests share both cores (pytest-xdist): each worker is a process with its own backend state,
