@@ -431,9 +431,18 @@ def test_nll_loss_and_cross_entropy(weighted, reduction, dtype, device):
 
 def test_nll_loss_errors_and_host_path_match_cpu():
     f = torch.nn.functional
+    # A class index is data on the device: the kernel checks it on the stream, and the stream
+    # reports CPU's error at its next synchronize (a device-side assert); on an idle stream the
+    # small task runs at once and the call raises. Queued behind other work, the call returns.
     for bad in [5, -1]:
-        same_error(f.nll_loss, torch.randn(3, 4), torch.tensor([0, bad, 1]))
-        same_error(lambda x, t: f.nll_loss(x, t, reduction="none"), torch.randn(3, 4), torch.tensor([0, bad, 1]))
+        for reduction in ["mean", "none"]:
+            x, t = torch.randn(3, 4), torch.tensor([0, bad, 1])
+            with pytest.raises(IndexError, match=rf"^Target {bad} is out of bounds\.$"):
+                f.nll_loss(x, t, reduction=reduction)
+            with pytest.raises(IndexError, match=rf"Target {bad} is out of bounds\.$"):
+                f.nll_loss(x.openreg(), t.openreg(), reduction=reduction)
+                torch.openreg.synchronize()
+            assert torch.equal((torch.ones(3, device="openreg") * 2).cpu(), torch.full((3,), 2.0))
     same_error(f.nll_loss, torch.randn(3, 4), torch.tensor([0, 1]))
     same_error(f.nll_loss, torch.randn(3, 4, 2, 2, 2), torch.zeros(3, 2, 2, dtype=torch.long))
     same_error(lambda x, t, w: f.nll_loss(x, t, weight=w), torch.randn(3, 4), torch.tensor([0, 1, 2]), torch.ones(3))
@@ -444,6 +453,28 @@ def test_nll_loss_errors_and_host_path_match_cpu():
     x, t = torch.randn(3, 4, dtype=torch.float64), torch.tensor([0, 3, 1], dtype=torch.uint8)
     check(f.nll_loss, x, t, device="openreg:0")
     assert torch.openreg.fallback_counts() == {"aten::nll_loss_forward (Double)": 1}
+
+
+@pytest.mark.parametrize("reduction", ["mean", "none"])
+def test_nll_loss_does_not_wait_for_the_device(reduction):
+    """The class indices are read on the stream: with a long kernel queued, the loss and its
+    backward return before the stream is done (reading them on the host would wait for it),
+    and a bad index queued that way is reported at the synchronize."""
+    a = torch.randn(1536, 1536, device="openreg")
+    x = torch.randn(8, 5, device="openreg", requires_grad=True)
+    for target, error in [(torch.tensor([0, 4, 2, -100, 1, 1, 3, 0]), None), (torch.tensor([0, 9] * 4), "Target 9")]:
+        target = target.openreg()
+        torch.openreg.synchronize()
+        busy = a @ a @ a
+        loss = torch.nn.functional.cross_entropy(x, target, reduction=reduction)
+        loss.sum().backward()
+        assert not torch.openreg.current_stream().query(), "the loss waited for the stream"
+        if error is None:
+            torch.openreg.synchronize()
+        else:
+            with pytest.raises(IndexError, match=error):
+                torch.openreg.synchronize()
+        del busy
 
 
 def test_linear_and_mlp_gradients_match_cpu():

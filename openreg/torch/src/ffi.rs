@@ -874,7 +874,7 @@ pub(crate) mod ffi {
             scale_by_freq: bool,
             device: i64,
         ) -> Result<bool>;
-        /// The NLL loss waits for the stream and runs on the calling thread (see operators/kernels/nll_loss.rs).
+        /// The NLL loss reads and checks its class indices on the stream (see operators/kernels/nll_loss.rs).
         fn nll_loss_forward(
             args: NllLoss,
             output: Dense,

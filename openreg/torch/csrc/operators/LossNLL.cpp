@@ -1,7 +1,7 @@
 // The negative log-likelihood loss (the second half of cross_entropy), 1-D and spatial (2-D),
 // with the Rust kernel in
 // src/operators/kernels/nll_loss.rs. The structured metas check shapes and give the outputs; the kernel
-// checks the class indices, which needs their values (see `nll_targets` there).
+// reads and checks the class indices on the stream (see `Targets` there).
 
 #include "operators/Structured.h"
 

@@ -5,23 +5,37 @@
 use openreg_runtime as rt;
 
 use super::dtype::{self, Dtype, INT64};
-use super::{view, dense};
-use crate::error::{Failure, Result};
+use super::{dense, launch, view};
+use crate::error::Result;
 use crate::ffi::ffi::{Dense, NllLoss};
 
 // ANCHOR: nll_targets
-/// The class indices of `target`, checked like CPU does (an `IndexError` naming the first bad
-/// one). Reading them needs their values: the loss waits for its stream to finish what it
-/// queued, then computes on the calling thread. (A GPU would check inside the kernel and
-/// report a failure at the next synchronization, as CUDA's device-side asserts do.)
-fn nll_targets(args: &NllLoss, target: &Dense, device: i64) -> Result<Vec<i64>> {
-    rt::current_stream(device)?.synchronize()?;
-    let base = view(target.data, target.numel * 8, &[target.storage, target.storage_len])? as *const i64;
-    // SAFETY: `numel` int64 elements, checked against their allocation; the stream is idle.
-    let targets: Vec<i64> = (0..target.numel).map(|i| unsafe { base.add(i).read_unaligned() }).collect();
-    match invalid_target(args, &targets) {
-        Some(t) => Err(Failure::index(format!("Target {t} is out of bounds."))),
-        None => Ok(targets),
+/// The class indices of `target`, read on the stream and checked like CPU does: an invalid one
+/// fails the task with CPU's `IndexError`, which the stream reports at its next synchronize (a
+/// GPU's device-side assert). The host never waits for the values.
+#[derive(Clone, Copy)]
+struct Targets {
+    at: usize,
+    len: usize,
+}
+
+impl Targets {
+    fn new(target: &Dense) -> Result<Self> {
+        Ok(Targets { at: view(target.data, target.numel * 8, &[target.storage, target.storage_len])?, len: target.numel })
+    }
+
+    /// On the stream: the values, or `None` after failing the task on the first invalid one.
+    fn read(&self, args: &NllLoss) -> Option<Vec<i64>> {
+        let base = self.at as *const i64;
+        // SAFETY: `len` int64 elements, checked against their allocation by `new`.
+        let targets: Vec<i64> = (0..self.len).map(|i| unsafe { base.add(i).read_unaligned() }).collect();
+        match invalid_target(args, &targets) {
+            Some(t) => {
+                rt::fail_task(rt::FailureClass::Index, format!("Target {t} is out of bounds."));
+                None
+            }
+            None => Some(targets),
+        }
     }
 }
 // ANCHOR_END: nll_targets
@@ -48,39 +62,43 @@ fn nll_shapes(args: &NllLoss, targets: usize, by_class: &Dense, by_sample: &Dens
     Ok(())
 }
 
-/// Runs `f` on the calling thread; a panic becomes an error rather than crossing into C++.
-fn guarded(f: impl FnOnce()) -> Result<bool> {
-    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f))
-        .map(|()| true)
-        .map_err(|_| rt::Error::InvalidValue("an openreg loss kernel panicked".into()).into())
-}
-
 /// `nll_loss_forward`: `output` and `total_weight` from `input` and `target` (`weight`'s
-/// address is 0 when there is none). False if the dtypes are not ours.
+/// address is 0 when there is none), on the stream. False if the dtypes are not ours.
 pub(crate) fn nll_loss_forward(
     args: NllLoss, output: Dense, total_weight: Dense, input: Dense, target: Dense, weight: Dense, device: i64,
 ) -> Result<bool> {
     let Some(dt) = nll_supported(&[&input, &output, &total_weight], &weight, &target) else { return Ok(false) };
-    let targets = nll_targets(&args, &target, device)?;
-    nll_shapes(&args, targets.len(), &input, &output, &weight, &total_weight)?;
+    nll_shapes(&args, target.numel, &input, &output, &weight, &total_weight)?;
+    let targets = Targets::new(&target)?;
     let (output, total_weight, input) = ((dense(&output, dt)?, dt), (dense(&total_weight, dt)?, dt), (dense(&input, dt)?, dt));
     let weight = if weight.data == 0 { None } else { Some((dense(&weight, dt)?, dt)) };
-    // SAFETY: every operand was checked against its allocation, targets against the classes.
-    guarded(|| unsafe { forward(&args, output, total_weight, input, &targets, weight) })
+    launch(device, target.numel, move || {
+        if let Some(targets) = targets.read(&args) {
+            // SAFETY: every operand was checked against its allocation, targets against the classes.
+            unsafe { forward(&args, output, total_weight, input, &targets, weight) }
+        }
+    })?;
+    Ok(true)
 }
 
-/// `nll_loss_backward`: `grad_input` from `grad_output`, `target` and `total_weight`.
+/// `nll_loss_backward`: `grad_input` from `grad_output`, `target` and `total_weight`, on the stream.
 pub(crate) fn nll_loss_backward(
     args: NllLoss, grad_input: Dense, grad_output: Dense, target: Dense, weight: Dense, total_weight: Dense, device: i64,
 ) -> Result<bool> {
     let Some(dt) = nll_supported(&[&grad_input, &grad_output, &total_weight], &weight, &target) else { return Ok(false) };
-    let targets = nll_targets(&args, &target, device)?;
-    nll_shapes(&args, targets.len(), &grad_input, &grad_output, &weight, &total_weight)?;
+    nll_shapes(&args, target.numel, &grad_input, &grad_output, &weight, &total_weight)?;
+    let targets = Targets::new(&target)?;
     let slot = |t: &Dense| -> Result<Slot> { Ok((dense(t, dt)?, dt)) };
+    let elements = grad_input.numel;
     let (grad_input, grad_output, total_weight) = (slot(&grad_input)?, slot(&grad_output)?, slot(&total_weight)?);
     let weight = if weight.data == 0 { None } else { Some(slot(&weight)?) };
-    // SAFETY: as in nll_loss_forward.
-    guarded(|| unsafe { backward(&args, grad_input, grad_output, &targets, weight, total_weight) })
+    launch(device, elements, move || {
+        if let Some(targets) = targets.read(&args) {
+            // SAFETY: as in nll_loss_forward.
+            unsafe { backward(&args, grad_input, grad_output, &targets, weight, total_weight) }
+        }
+    })?;
+    Ok(true)
 }
 
 /// `Reduction::Mean` in `at::Reduction` (0 is none, 2 is sum).
