@@ -263,6 +263,51 @@ def test_ctc_loss_matches_cpu(as_tensors, reduction, target_dtype, flat, device)
     compare(lambda x, t: F.ctc_loss(x, t, il, tl, reduction=reduction), [c, targets], [d, targets.to(device)], torch.float32)
 
 
+# loss -> (function, input shape, good targets, bad targets, the device's error for the bad ones:
+# CPU's, except for CTC, whose CPU kernel does not check and reads outside its tensors).
+LOSSES_OF_TARGETS = {
+    "multi_margin_loss": (lambda x, t: F.multi_margin_loss(x, t), (8, 5), lambda: torch.tensor([0, 4, 2, 1, 1, 3, 0, 2]),
+                          lambda: torch.tensor([0, 7, 2, 1, 1, 3, 0, 2]), None),
+    "multilabel_margin_loss": (lambda x, t: F.multilabel_margin_loss(x, t), (8, 5),
+                               lambda: torch.tensor([[0, 4, -1, 0, 0]] * 8), lambda: torch.tensor([[0, 9, -1, 0, 0]] * 8), None),
+    # reduction "sum": "mean" divides by the target lengths, which it copies to the device first,
+    # and a copy from pageable host memory waits for the stream (on CUDA too).
+    "ctc_loss": (lambda x, t: F.ctc_loss(x.log_softmax(-1).transpose(0, 1), t, [6] * 8, [3] * 8, reduction="sum"), (8, 6, 5),
+                 lambda: torch.tensor([[1, 2, 3]] * 8), lambda: torch.tensor([[1, 7, 3]] * 8),
+                 "ctc_loss: target 7 is not a class other than the blank (classes: 5, blank: 0)"),
+}
+
+
+@pytest.mark.parametrize("loss", LOSSES_OF_TARGETS)
+def test_losses_of_targets_do_not_wait_for_the_device(loss):
+    """The margin losses and CTC read their targets on the stream: with a long kernel queued,
+    the loss and its backward return before the stream is done, and a bad target queued that way
+    is an error at the synchronize."""
+    fn, shape, good, bad, error = LOSSES_OF_TARGETS[loss]
+    torch.manual_seed(0)
+    x = torch.randn(shape)
+    if error is None:
+        with pytest.raises(RuntimeError) as cpu:
+            fn(x, bad())
+        error = str(cpu.value).splitlines()[0]
+    a = torch.randn(1536, 1536, device="openreg")
+    xd = x.to("openreg").requires_grad_()
+    for target, expected in [(good().to("openreg"), None), (bad().to("openreg"), error)]:
+        torch.openreg.synchronize()
+        busy = a @ a @ a
+        fn(xd, target).backward()
+        assert not torch.openreg.current_stream().query(), "the loss waited for the stream"
+        if expected is None:
+            torch.openreg.synchronize()
+            xc = x.clone().requires_grad_()
+            fn(xc, good()).backward()
+            torch.testing.assert_close(xd.grad.cpu(), xc.grad, atol=1e-5, rtol=1e-5)
+        else:
+            with pytest.raises(RuntimeError, match=re.escape(expected)):
+                torch.openreg.synchronize()
+        del busy
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_ctc_loss_blank_zero_infinity_unbatched_and_errors(device):
     log_probs, targets = ctc_case(3, 4, 5, [4, 2, 3], 1, False, torch.int64)

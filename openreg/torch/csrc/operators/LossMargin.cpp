@@ -1,7 +1,7 @@
 // The multi-class margin losses (nn.MultiMarginLoss, nn.MultiLabelMarginLoss) with the Rust
 // kernels in src/operators/kernels/margin.rs. Neither operator is structured: the shapes are
 // checked with CPU's shared checks (ATen/native/LossMulti.h) and sized as CPU sizes them. The
-// kernels read the targets' values to check them (CPU's messages), as the NLL loss does.
+// kernels read and check the targets' values on the stream (CPU's messages), as the NLL loss does.
 
 #include "operators/Structured.h"
 
