@@ -4,6 +4,7 @@ fresh numbers equal to eager ones."""
 
 import math
 import os
+import re
 import subprocess
 import sys
 
@@ -271,11 +272,13 @@ def test_random_operators_reach_no_fallback():
 
 
 def raises_like_cpu(fn):
-    """The openreg call raises an exception of the class CPU raises, never crashes."""
+    """The openreg call raises an exception of the class CPU raises, never crashes: at the call,
+    or, for a check of values the kernel makes on the stream, at the next synchronize."""
     with pytest.raises(Exception) as cpu:
         fn("cpu")
     with pytest.raises(type(cpu.value)):
         fn("openreg")
+        torch.openreg.synchronize()
 
 
 @pytest.mark.parametrize("fn", [
@@ -296,6 +299,45 @@ def raises_like_cpu(fn):
 ])
 def test_bad_arguments_raise_what_cpu_raises(fn):
     raises_like_cpu(fn)
+
+
+@pytest.mark.parametrize("replacement", [False, True])
+@pytest.mark.parametrize("weights", [[0.5, -0.1], [0.5, math.nan], [0.5, math.inf], [0.0, 0.0]],
+                         ids=["negative", "nan", "inf", "zero-sum"])
+def test_multinomial_rejects_bad_weights_with_cpus_message(weights, replacement):
+    """CPU's two paths word their checks differently; the device's kernel says what CPU says."""
+    p = torch.tensor([[0.3, 0.7], weights])
+    with pytest.raises(RuntimeError) as cpu:
+        torch.multinomial(p, 2, replacement=replacement)
+    with pytest.raises(RuntimeError, match=re.escape(str(cpu.value)) + "$"):
+        torch.multinomial(p.openreg(), 2, replacement=replacement)
+        torch.openreg.synchronize()
+
+
+@pytest.mark.parametrize("draw", ["multinomial", "bernoulli"])
+def test_draws_that_check_their_probabilities_do_not_wait_for_the_device(draw):
+    """multinomial and bernoulli(p) check the probabilities' values on the stream: with a long
+    kernel queued, the call returns before the stream is done, and a bad probability queued that
+    way is CPU's error at the synchronize. The stream works after it."""
+    fn = {"multinomial": lambda p: torch.multinomial(p, 2, replacement=True), "bernoulli": torch.bernoulli}[draw]
+    bad = {"multinomial": torch.tensor([[0.5, -0.1], [0.5, 0.5]]), "bernoulli": torch.tensor([0.5, 1.5])}[draw]
+    with pytest.raises(RuntimeError) as cpu:
+        fn(bad)
+    a = torch.randn(1536, 1536, device="openreg")
+    for p, is_bad in [(bad.abs().clamp(max=1.0), False), (bad, True)]:
+        p = p.openreg()
+        torch.openreg.synchronize()
+        busy = a @ a @ a
+        out = fn(p)
+        assert not torch.openreg.current_stream().query(), "the draw waited for the stream"
+        if is_bad:
+            with pytest.raises(RuntimeError, match=re.escape(str(cpu.value).split("(Could")[0].strip().rstrip("."))):
+                torch.openreg.synchronize()
+        else:
+            torch.openreg.synchronize()
+            assert out.shape == fn(p.cpu()).shape
+        del busy
+    assert torch.equal((torch.ones(3, device="openreg") * 2).cpu(), torch.full((3,), 2.0))
 
 
 def test_bad_states_raise_what_cpu_raises():

@@ -66,6 +66,52 @@ def test_copies_convert_dtype_strides_and_broadcast():
     assert torch.equal(z.conj().to("openreg").cpu(), z.conj().resolve_conj())
 
 
+REAL = [torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16, torch.bfloat16,
+        torch.float32, torch.float64, torch.bool]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("to", REAL, ids=str)
+@pytest.mark.parametrize("source", REAL, ids=str)
+def test_dtype_conversions_on_the_device_are_cpus(source, to, device):
+    """Every pair of real dtypes and bool, converted by a kernel on the stream (never on the host
+    over device memory), in every layout a copy meets, equal to CPU's conversion: truncation
+    toward zero, uint8 through int64, wrapping integers, float64 to float16 through float32."""
+    values = torch.tensor([0.0, 1.0, -1.0, 2.5, -2.5, 7.75, -7.75, 100.3, -100.3, 0.5, 65504.0, 1e-3])
+    x = (values if source.is_floating_point else values.round()).to(source) if source != torch.bool else values != 0
+    x = x.repeat(6)[:60].reshape(3, 4, 5)
+    cases = {
+        "contiguous": lambda t: t,
+        "transposed": lambda t: t.transpose(0, 2),
+        "strided": lambda t: t[:, ::2, 1:],
+        "broadcast": lambda t: t[:1, :1].expand(3, 4, 5),
+        "0-dim": lambda t: t[1, 2, 3],
+        "empty": lambda t: t[:, :0],
+    }
+    for name, view in cases.items():
+        expected = view(x).to(to)
+        got = view(x.to(device)).to(to)
+        assert got.device == torch.device(device) and got.dtype == to
+        assert torch.equal(got.cpu(), expected), (name, got.cpu(), expected)
+        # Into an existing (non-contiguous) destination: copy_.
+        out = torch.zeros(expected.shape[::-1], dtype=to, device=device).permute(tuple(reversed(range(expected.dim()))))
+        out.copy_(view(x.to(device)))
+        assert torch.equal(out.cpu(), expected), name
+
+
+def test_dtype_conversions_do_not_wait_for_the_device():
+    """The conversion is queued like any kernel: with a long matmul queued, it returns at once."""
+    a = torch.randn(1536, 1536, device="openreg")
+    x = torch.rand(1000, device="openreg")
+    for to in [torch.float64, torch.int64, torch.bool, torch.uint8]:
+        torch.openreg.synchronize()
+        busy = a @ a @ a
+        y = x.to(to)
+        assert not torch.openreg.current_stream().query(), f"the conversion to {to} waited for the stream"
+        assert torch.equal(y.cpu(), x.cpu().to(to))
+        del busy
+
+
 def test_negative_and_conjugate_views_of_device_tensors():
     # Resolving the bit clones the view through _copy_from; that recursed until the stack
     # overflowed before _copy_from went through the Negative and Conjugate fallbacks.

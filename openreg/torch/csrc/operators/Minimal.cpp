@@ -185,8 +185,8 @@ at::Tensor host_alias(const at::Tensor& t) {
 
 namespace {
 
-// A copy within one device that changes dtype (between float32, float16 and bfloat16),
-// strides or broadcasts: the Rust copy kernel, on the current stream. False if it does not apply.
+// A copy within one device that changes dtype (between the real dtypes and bool), strides or
+// broadcasts: the Rust copy kernels, on the current stream. False if it does not apply (complex).
 bool same_device_copy(const at::Tensor& self, const at::Tensor& dst) {
   if (self.device() != dst.device() || self.is_conj() != dst.is_conj() ||
       self.is_neg() != dst.is_neg()) {

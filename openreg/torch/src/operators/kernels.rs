@@ -10,6 +10,7 @@
 pub(crate) mod advanced_indexing;
 pub(crate) mod attention;
 pub(crate) mod conv;
+pub(crate) mod convert;
 pub(crate) mod ctc;
 pub(crate) mod deform_conv;
 pub(crate) mod dropout;

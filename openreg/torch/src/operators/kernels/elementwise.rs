@@ -69,6 +69,11 @@ pub(crate) fn launch_pointwise(
     if arity(op) == dtypes.len().checked_sub(1) && integer::applies(op, dtypes) && data.len() <= walk::MAX_OPERANDS {
         return integer::launch_integer(op, [scalar, scalar2], data, storages, dtypes, constants, shape, strides, device);
     }
+    if op == Pointwise::Copy && dtypes.len() == 2 && !pointwise_supported(op, dtypes) && !data.contains(&0) {
+        // A dtype change these kernels do not compute in (to float64, an integer, bool).
+        let layout = Layout::new(shape, strides, 2);
+        return super::convert::launch_convert(layout, (data[0], storage(0)), (data[1], storage(1)), dtypes[0], dtypes[1], device);
+    }
     if !pointwise_supported(op, dtypes) || data.len() > walk::MAX_OPERANDS {
         return Ok(false);
     }

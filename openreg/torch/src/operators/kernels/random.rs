@@ -13,7 +13,7 @@ use super::elementwise::parallel_min;
 use super::math;
 use super::philox::{self, LANES};
 use super::{launch, view};
-use crate::error::{Failure, Result};
+use crate::error::Result;
 use crate::ffi::ffi::{Dense, RandomOp};
 use crate::runtime::generator::Draw;
 use crate::runtime::generator::PhiloxGenerator;
@@ -53,16 +53,8 @@ pub(crate) fn launch_random(
             if p.numel != n || p.dtype != FLOAT {
                 return Err(rt::Error::InvalidValue(format!("bernoulli: {n} float32 probabilities expected")).into());
             }
-            let at = view(p.data, n * 4, &[p.storage, p.storage_len])?;
-            stream.synchronize()?;
-            // SAFETY: checked inside p's storage; its stream has run.
-            let values = unsafe { std::slice::from_raw_parts(at as *const f32, n) };
-            if let Some(bad) = values.iter().find(|v| !(0.0..=1.0).contains(*v)) {
-                return Err(Failure::runtime(format!(
-                    "Expected p_in >= 0 && p_in <= 1 to be true, but got false (a probability is {bad})"
-                )));
-            }
-            D::BernoulliTensor { p: at }
+            // The values are checked by the kernel, on the stream (see `Random::run`).
+            D::BernoulliTensor { p: view(p.data, n * 4, &[p.storage, p.storage_len])? }
         }
         dist => dist,
     };
@@ -107,8 +99,9 @@ pub(crate) fn launch_randperm(out: Dense, generator: &PhiloxGenerator, device: i
 }
 
 /// `samples` draws from each of `rows` distributions over `categories` (float64 `weights`,
-/// contiguous) into `out` (int64, contiguous). Runs on the calling thread after the stream,
-/// because CPU raises for a bad distribution and that needs the values.
+/// contiguous) into `out` (int64, contiguous), on the stream. CPU raises for a bad distribution
+/// (a negative, infinite or NaN weight, a row summing to 0), which needs the values: the kernel
+/// checks them before it draws and reports a bad one at the stream's next synchronize.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn launch_multinomial(
     weights: Dense, rows: i64, categories: i64, samples: i64, replacement: bool, out: Dense,
@@ -118,27 +111,50 @@ pub(crate) fn launch_multinomial(
     if weights.numel != rows * categories || weights.dtype != 7 || out.numel != rows * samples || out.dtype != 4 {
         return Err(rt::Error::InvalidValue("multinomial: float64 weights and int64 output expected".into()).into());
     }
+    if out.numel == 0 {
+        return Ok(());
+    }
     let stream = rt::current_stream(device)?;
     let w = view(weights.data, weights.numel * 8, &[weights.storage, weights.storage_len])?;
     let o = view(out.data, out.numel * 8, &[out.storage, out.storage_len])?;
-    stream.synchronize()?;
-    // SAFETY: both checked inside their storage; the stream has run.
-    let w = unsafe { std::slice::from_raw_parts(w as *const f64, weights.numel) };
-    if w.iter().any(|v| !v.is_finite() || *v < 0.0) {
-        return Err(Failure::runtime("probability tensor contains either `inf`, `nan` or element < 0".into()));
+    let (count, numel) = (weights.numel, out.numel);
+    let draw = generator.reserve(4, stream)?;
+    launch(device, count, move || {
+        // SAFETY: both checked inside their storage by the launch.
+        let w = unsafe { std::slice::from_raw_parts(w as *const f64, count) };
+        if let Some(message) = invalid_distribution(w, categories, replacement) {
+            return rt::fail_task(rt::FailureClass::Runtime, message.into());
+        }
+        let (seed, offset) = draw.resolve();
+        let values = multinomial(w, rows, categories, samples, replacement, seed, offset);
+        // SAFETY: `numel` int64 elements, checked inside out's storage by the launch.
+        unsafe { std::slice::from_raw_parts_mut(o as *mut i64, numel) }.copy_from_slice(&values);
+    })?;
+    Ok(())
+}
+
+/// CPU's error for bad weights, if any. Its two paths check differently: with replacement each
+/// row entry by entry (NaN fails `>= 0`), without it the whole tensor at once; both then reject
+/// a row that sums to 0.
+fn invalid_distribution(w: &[f64], categories: usize, replacement: bool) -> Option<&'static str> {
+    const ZERO_SUM: &str = "invalid multinomial distribution (sum of probabilities <= 0)";
+    if !replacement && w.iter().any(|v| !v.is_finite() || *v < 0.0) {
+        return Some("probability tensor contains either `inf`, `nan` or element < 0");
     }
     for row in w.chunks(categories.max(1)) {
+        for v in row.iter().filter(|_| replacement) {
+            if !(*v >= 0.0) {
+                return Some("invalid multinomial distribution (encountering probability entry < 0)");
+            }
+            if v.is_infinite() {
+                return Some("invalid multinomial distribution (encountering probability entry = infinity or NaN)");
+            }
+        }
         if row.iter().sum::<f64>() <= 0.0 {
-            return Err(Failure::runtime("invalid multinomial distribution (sum of probabilities <= 0)".into()));
+            return Some(ZERO_SUM);
         }
     }
-    let Draw::Eager { seed, offset } = generator.reserve(4, stream)? else {
-        return Err(Failure::runtime("multinomial cannot be captured in a graph: it reads its weights".into()));
-    };
-    let values = multinomial(w, rows, categories, samples, replacement, seed, offset);
-    // SAFETY: checked above.
-    unsafe { std::slice::from_raw_parts_mut(o as *mut i64, out.numel) }.copy_from_slice(&values);
-    Ok(())
+    None
 }
 
 /// A distribution and its parameters, checked by PyTorch's templates before the launch
@@ -207,6 +223,16 @@ pub(crate) struct Random {
 
 impl Random {
     pub(crate) fn run(&self) {
+        if let Distribution::BernoulliTensor { p } = self.dist {
+            // CPU rejects a probability outside [0, 1]; reading it needs the values, so the
+            // check is the kernel's, reported at the stream's next synchronize.
+            // SAFETY: `numel` float32 values, checked inside p's storage by the launch.
+            let values = unsafe { std::slice::from_raw_parts(p as *const f32, self.out.numel) };
+            if let Some(bad) = values.iter().find(|v| !(0.0..=1.0).contains(*v)) {
+                let message = format!("Expected p_in >= 0 && p_in <= 1 to be true, but got false (a probability is {bad})");
+                return rt::fail_task(rt::FailureClass::Runtime, message);
+            }
+        }
         let (seed, offset) = self.draw.resolve();
         let words = words(self.dist, self.out.dtype);
         let per_chunk = chunk(words);
