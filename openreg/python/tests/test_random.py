@@ -382,6 +382,29 @@ def test_graph_replays_draw_fresh_numbers_equal_to_eager(side):
         assert torch.equal(eager.cpu(), replay)
 
 
+def test_multinomial_is_captured_and_replayed(side):
+    """multinomial reads its weights on the stream, so a graph can hold it: each replay draws
+    new samples, the ones an eager call draws from that replay's offset."""
+    fresh(5)
+    w = torch.tensor([[0.1, 0.2, 0.3, 0.4], [0.4, 0.3, 0.2, 0.1]], device="openreg")
+    graph = torch.accelerator.Graph()
+    with side:
+        graph.capture_begin()
+        out = torch.multinomial(w, 64, replacement=True)
+        graph.capture_end()
+    offset = torch.openreg.random._generator().get_offset()
+    replays = []
+    for _ in range(3):
+        graph.replay()
+        torch.accelerator.synchronize()
+        replays.append(out.cpu())
+    assert not torch.equal(replays[0], replays[1]) and not torch.equal(replays[1], replays[2])
+    g = torch.Generator(device="openreg").manual_seed(5)
+    for i, replay in enumerate(replays):
+        g.set_offset(offset + 4 * i)
+        assert torch.equal(torch.multinomial(w, 64, replacement=True, generator=g).cpu(), replay)
+
+
 def test_a_capture_with_two_generators(side):
     g1 = torch.Generator(device="openreg").manual_seed(1)
     g2 = torch.Generator(device="openreg").manual_seed(2)

@@ -97,6 +97,17 @@ def test_dtype_conversions_on_the_device_are_cpus(source, to, device):
         out = torch.zeros(expected.shape[::-1], dtype=to, device=device).permute(tuple(reversed(range(expected.dim()))))
         out.copy_(view(x.to(device)))
         assert torch.equal(out.cpu(), expected), name
+    # Between host and device and between devices, the conversion is made on one side and only
+    # contiguous bytes cross: host to device, device to a strided host tensor, device to device.
+    other = "openreg:1" if device == "openreg:0" else "openreg:0"
+    for name in ["transposed", "broadcast", "0-dim"]:
+        view = cases[name]
+        expected = view(x).to(to)
+        assert torch.equal(view(x).to(device, to).cpu(), expected), name
+        host = torch.zeros(expected.shape[::-1], dtype=to).permute(tuple(reversed(range(expected.dim()))))
+        host.copy_(view(x.to(device)))
+        assert torch.equal(host, expected), name
+        assert torch.equal(view(x.to(device)).to(other, to).cpu(), expected), name
 
 
 def test_dtype_conversions_do_not_wait_for_the_device():

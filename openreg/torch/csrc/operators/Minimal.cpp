@@ -202,6 +202,30 @@ bool same_device_copy(const at::Tensor& self, const at::Tensor& dst) {
   return run_pointwise(iter, Pointwise::Copy);
 }
 
+// Between host and device, or between devices, with a change of dtype, strides or broadcasting:
+// the change is made where the data is (by the device's kernels, or by the CPU's on the host)
+// and only contiguous bytes of dst's dtype cross, as CUDA's copy_ does. False for what the
+// device's kernels do not convert (complex dtypes, conjugate or negative bits that differ).
+bool copy_through_contiguous(const at::Tensor& self, const at::Tensor& dst) {
+  const auto real = [](const at::Tensor& t) { return !t.is_complex() && !t.is_conj() && !t.is_neg(); };
+  if (!real(self) || !real(dst)) {
+    return false;
+  }
+  // The source as dst's dtype and shape, contiguous, on its own side.
+  const at::Tensor source = self.expand(dst.sizes()).to(dst.scalar_type()).contiguous();
+  const at::Tensor landing = dst.is_contiguous() ? dst : at::empty(dst.sizes(), dst.options());
+  call([&] { copy_bytes(addr(landing.data_ptr()), addr(source.data_ptr()), landing.nbytes(), false); });
+  if (self.is_privateuseone() && dst.is_privateuseone() && !source.is_same(self)) {
+    // Between two devices the copy is queued on dst's stream; `source`, a temporary of the
+    // other device, must outlive it (its memory goes back to that device's stream).
+    call([&] { synchronize_device(dst.device().index()); });
+  }
+  if (!landing.is_same(dst)) {
+    dst.copy_(landing);
+  }
+  return true;
+}
+
 // Copies self into dst; either (or both) is an openreg tensor, on any device.
 at::Tensor _copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
   if (dst.numel() == 0) {
@@ -219,9 +243,9 @@ at::Tensor _copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_bl
     // One runtime copy: queued on a stream between devices, or with pinned memory when
     // non_blocking; otherwise done before returning.
     call([&] { copy_bytes(addr(dst.data_ptr()), addr(self.data_ptr()), dst.nbytes(), non_blocking); });
-  } else if (!same_device_copy(self, dst)) {
-    // Between host and device, or devices, with different dtypes, strides or broadcasting:
-    // ATen's CPU copy kernel over both views.
+  } else if (!same_device_copy(self, dst) && !copy_through_contiguous(self, dst)) {
+    // Complex dtypes or math bits that differ, between host and device: ATen's CPU copy
+    // kernel over both views (after the stream has run).
     host_alias(dst).copy_(host_alias(self));
   }
   return dst;
