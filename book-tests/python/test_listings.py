@@ -93,7 +93,7 @@ def test_chapter_crate_builds_and_passes_its_tests_when_copied_out(stage, tmp_pa
     record = built / f"tests-passed-{hashlib.sha256((ROOT / 'requirements.txt').read_bytes()).hexdigest()[:12]}"
     if not record.exists() or os.environ.get("OPENREG_RERUN_CRATE_TESTS") == "1":
         tests = subprocess.run([str(scratch / "bin" / "python"), "-P", "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                                "tests"], cwd=crate, env=test_env, capture_output=True, text=True, timeout=600)
+                                "tests"], cwd=crate, env=test_env, capture_output=True, text=True, timeout=1200)
         assert tests.returncode == 0, tests.stdout + tests.stderr
         assert " passed" in tests.stdout
         record.write_text(tests.stdout.strip().splitlines()[-1] + "\n")

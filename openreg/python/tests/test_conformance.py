@@ -152,6 +152,14 @@ COMMON_TOLERANCES = {
         "the gradient of a broadcast input sums terms that cancel (to 2 from terms near 1e3); a sum walks "
         "memory in its operand's order, as CPU's does, so a non-contiguous copy rounds otherwise"),
 }
+# test_noncontiguous_samples's gradients, where op_db's own decorator for CPU (carried over)
+# would hold them tighter than op_db holds CUDA's.
+NONCONTIGUOUS_GRAD_TOLERANCES = {
+    ("matmul", torch.float32): (dict(atol=1e-4, rtol=0),
+        "the gradient of an input broadcast over a batch sums the batch's products, and a non-contiguous copy "
+        "reaches the matrix kernel in another order: 4e-5 apart on values that cancel from terms near 10 "
+        "(op_db grants CUDA and XPU atol=1e-4 here)"),
+}
 # ANCHOR_END: tolerances
 
 # ANCHOR: cpu_expectations
@@ -522,7 +530,7 @@ class TestCommon(TestCase):
             grads = torch.autograd.grad(expected, leaves, weights, allow_unused=True)
             other_grads = torch.autograd.grad(actual, other_leaves, [noncontiguous_like(w) for w in weights],
                                               allow_unused=True)
-            self.assertEqual(other_grads, grads)
+            self.assertEqual(other_grads, grads, **NONCONTIGUOUS_GRAD_TOLERANCES.get((op.name, dtype), ({},))[0])
 
 
 instantiate_device_type_tests(TestCommon, globals(), only_for=DEVICE)
