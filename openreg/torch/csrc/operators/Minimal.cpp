@@ -204,11 +204,21 @@ bool same_device_copy(const at::Tensor& self, const at::Tensor& dst) {
 
 // Between host and device, or between devices, with a change of dtype, strides or broadcasting:
 // the change is made where the data is (by the device's kernels, or by the CPU's on the host)
-// and only contiguous bytes of dst's dtype cross, as CUDA's copy_ does. False for what the
-// device's kernels do not convert (complex dtypes, conjugate or negative bits that differ).
+// and only contiguous bytes of dst's dtype cross, as CUDA's copy_ does. False within one device,
+// and for what the device's kernels do not convert (complex, float8, math bits).
 bool copy_through_contiguous(const at::Tensor& self, const at::Tensor& dst) {
-  const auto real = [](const at::Tensor& t) { return !t.is_complex() && !t.is_conj() && !t.is_neg(); };
-  if (!real(self) || !real(dst)) {
+  // The dtypes the device's copy kernels convert between (kernels/convert.rs): another (complex,
+  // float8, ...) would come back here through `to` and recurse.
+  const auto converted = [](const at::Tensor& t) {
+    switch (t.scalar_type()) {
+      case at::kByte: case at::kChar: case at::kShort: case at::kInt: case at::kLong:
+      case at::kHalf: case at::kFloat: case at::kDouble: case at::kBool: case at::kBFloat16:
+        return !t.is_conj() && !t.is_neg();
+      default:
+        return false;
+    }
+  };
+  if (self.device() == dst.device() || !converted(self) || !converted(dst)) {
     return false;
   }
   // The source as dst's dtype and shape, contiguous, on its own side.
@@ -244,8 +254,8 @@ at::Tensor _copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_bl
     // non_blocking; otherwise done before returning.
     call([&] { copy_bytes(addr(dst.data_ptr()), addr(self.data_ptr()), dst.nbytes(), non_blocking); });
   } else if (!same_device_copy(self, dst) && !copy_through_contiguous(self, dst)) {
-    // Complex dtypes or math bits that differ, between host and device: ATen's CPU copy
-    // kernel over both views (after the stream has run).
+    // Complex or float8 dtypes, or math bits: ATen's CPU copy kernel over both views (after
+    // the stream has run).
     host_alias(dst).copy_(host_alias(self));
   }
   return dst;
