@@ -360,12 +360,14 @@ def side():
     stream.synchronize()
 
 
-def test_graph_replays_draw_fresh_numbers_equal_to_eager(side):
-    fresh(21)
+def replays_equal_eager_draws(side, seed, draw, increment):
+    """Captures `draw()` once, replays it three times: each replay draws new numbers, the ones
+    an eager `draw(generator)` draws from the offset that replay took (`increment` apart)."""
+    fresh(seed)
     graph = torch.accelerator.Graph()
     with side:
         graph.capture_begin()
-        out = torch.randn(64, device="openreg") + torch.rand(64, device="openreg")
+        out = draw(None)
         graph.capture_end()
     offset = torch.openreg.random._generator().get_offset()
     replays = []
@@ -374,35 +376,21 @@ def test_graph_replays_draw_fresh_numbers_equal_to_eager(side):
         torch.accelerator.synchronize()
         replays.append(out.cpu())
     assert not torch.equal(replays[0], replays[1]) and not torch.equal(replays[1], replays[2])
-    # The same draws eagerly, from the offsets each replay took.
-    g = torch.Generator(device="openreg").manual_seed(21)
+    g = torch.Generator(device="openreg").manual_seed(seed)
     for i, replay in enumerate(replays):
-        g.set_offset(offset + 8 * i)
-        eager = torch.randn(64, device="openreg", generator=g) + torch.rand(64, device="openreg", generator=g)
-        assert torch.equal(eager.cpu(), replay)
+        g.set_offset(offset + increment * i)
+        assert torch.equal(draw(g).cpu(), replay)
+
+
+def test_graph_replays_draw_fresh_numbers_equal_to_eager(side):
+    replays_equal_eager_draws(side, 21, lambda g: torch.randn(64, device="openreg", generator=g)
+                              + torch.rand(64, device="openreg", generator=g), increment=8)
 
 
 def test_multinomial_is_captured_and_replayed(side):
-    """multinomial reads its weights on the stream, so a graph can hold it: each replay draws
-    new samples, the ones an eager call draws from that replay's offset."""
-    fresh(5)
+    """multinomial reads its weights on the stream, so a graph can hold it."""
     w = torch.tensor([[0.1, 0.2, 0.3, 0.4], [0.4, 0.3, 0.2, 0.1]], device="openreg")
-    graph = torch.accelerator.Graph()
-    with side:
-        graph.capture_begin()
-        out = torch.multinomial(w, 64, replacement=True)
-        graph.capture_end()
-    offset = torch.openreg.random._generator().get_offset()
-    replays = []
-    for _ in range(3):
-        graph.replay()
-        torch.accelerator.synchronize()
-        replays.append(out.cpu())
-    assert not torch.equal(replays[0], replays[1]) and not torch.equal(replays[1], replays[2])
-    g = torch.Generator(device="openreg").manual_seed(5)
-    for i, replay in enumerate(replays):
-        g.set_offset(offset + 4 * i)
-        assert torch.equal(torch.multinomial(w, 64, replacement=True, generator=g).cpu(), replay)
+    replays_equal_eager_draws(side, 5, lambda g: torch.multinomial(w, 64, replacement=True, generator=g), increment=4)
 
 
 def test_a_capture_with_two_generators(side):
