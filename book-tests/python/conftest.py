@@ -31,3 +31,16 @@ def one_crate_build_at_a_time(crate: Path):
 def built_from(log: str, package: str, crate: Path) -> bool:
     """Cargo's own line saying it compiled this copy (not a stale library of another)."""
     return f"Compiling {package} v0.1.0 ({crate})" in log
+
+
+# The longest tests first (measured from a fresh clone: each builds a crate, then runs its
+# suite), handed out one at a time (--maxschedchunk=1 in the Makefile): the last minutes of
+# the run are short tests on both workers, not one long test on one.
+LONGEST_FIRST = ("copied_out[compile]", "test_rename_then_first_op_then_build_and_test", "copied_out[amp]",
+                 "copied_out[autoload]", "test_block[export.md", "copied_out[")
+
+
+def pytest_collection_modifyitems(items):
+    def rank(item):
+        return next((i for i, name in enumerate(LONGEST_FIRST) if name in item.nodeid), len(LONGEST_FIRST))
+    items.sort(key=rank)  # stable: the rest keep their order

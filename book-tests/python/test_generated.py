@@ -40,6 +40,17 @@ def test_a_changed_input_makes_the_output_stale(tmp_path, monkeypatch):
     assert generate.fingerprint(["input.txt"]) != before
 
 
+def test_an_anchored_input_is_stale_only_when_its_section_changes(tmp_path, monkeypatch):
+    source = tmp_path / "Makefile"
+    source.write_text("setup:\n\ttrue\n# ANCHOR: reader\nreader:\n\tmake it\n# ANCHOR_END: reader\n")
+    monkeypatch.setattr(generate, "ROOT", tmp_path)
+    before = generate.fingerprint(["Makefile:reader"])
+    source.write_text(source.read_text().replace("\ttrue", "\tfalse"))
+    assert generate.fingerprint(["Makefile:reader"]) == before
+    source.write_text(source.read_text().replace("make it", "make it again"))
+    assert generate.fingerprint(["Makefile:reader"]) != before
+
+
 # The generated tables of measurements. A case measured in two of them, in two runs of a
 # shared machine, shows two numbers for one thing; each case has one table, which the
 # others cite.
