@@ -1,6 +1,17 @@
 //! Device memory, host memory, pointer attributes and copies.
 
 use openreg_runtime::*;
+use std::sync::{Mutex, MutexGuard};
+
+/// The tests of this file take turns. Several of them check what a freed address does (a
+/// double free, attributes after free), and a test running beside them may be handed that
+/// address by its next malloc: its own free would then fail, and the double free succeed.
+/// No allocator can tell those apart. `many_threads_allocate_copy_and_free_at_once` keeps
+/// the concurrency under test.
+fn one_at_a_time() -> MutexGuard<'static, ()> {
+    static TURN: Mutex<()> = Mutex::new(());
+    TURN.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
 
 fn to_device(bytes: &[u8], device: i64) -> *mut u8 {
     let d = malloc(device, bytes.len()).unwrap();
@@ -16,6 +27,7 @@ fn to_host(d: *const u8, len: usize) -> Vec<u8> {
 
 #[test]
 fn allocations_are_page_aligned_and_distinct() {
+    let _turn = one_at_a_time();
     let a = malloc(0, 10).unwrap();
     let b = malloc(0, 10).unwrap();
     assert_ne!(a, b);
@@ -28,6 +40,7 @@ fn allocations_are_page_aligned_and_distinct() {
 
 #[test]
 fn round_trip_in_every_direction() {
+    let _turn = one_at_a_time();
     let data: Vec<u8> = (0..10_000u32).map(|i| (i * 7) as u8).collect();
     let d0 = to_device(&data, 0);
     let d1 = malloc(1, data.len()).unwrap();
@@ -42,6 +55,7 @@ fn round_trip_in_every_direction() {
 
 #[test]
 fn large_copies_use_several_threads_and_stay_correct() {
+    let _turn = one_at_a_time();
     let data: Vec<u8> = (0..(9 << 20)).map(|i: usize| (i % 251) as u8).collect();
     let d = to_device(&data, 1);
     assert_eq!(to_host(d, data.len()), data);
@@ -50,6 +64,7 @@ fn large_copies_use_several_threads_and_stay_correct() {
 
 #[test]
 fn bad_pointers_are_errors_not_crashes() {
+    let _turn = one_at_a_time();
     let d = malloc(0, 4096).unwrap();
     // Out of bounds of the allocation.
     let mut big = vec![0u8; 8192];
@@ -72,6 +87,7 @@ fn bad_pointers_are_errors_not_crashes() {
 
 #[test]
 fn host_view_within_checks_the_range_against_the_given_allocation() {
+    let _turn = one_at_a_time();
     let d = malloc(0, 256).unwrap();
     let inner = unsafe { d.add(64) };
     let view = host_view_within(inner, 64, d, 256).unwrap();
@@ -85,6 +101,7 @@ fn host_view_within_checks_the_range_against_the_given_allocation() {
 
 #[test]
 fn host_view_checks_bounds() {
+    let _turn = one_at_a_time();
     let d = malloc(0, 100).unwrap();
     assert!(host_view(d, 4096).is_ok()); // the page-rounded allocation
     assert!(host_view(unsafe { d.add(4000) }, 96).is_ok());
@@ -94,6 +111,7 @@ fn host_view_checks_bounds() {
 
 #[test]
 fn pointer_attributes_tell_memory_apart() {
+    let _turn = one_at_a_time();
     let d = malloc(1, 64).unwrap();
     let h = host_malloc(64).unwrap();
     let local = 5u8;
@@ -110,6 +128,7 @@ fn pointer_attributes_tell_memory_apart() {
 
 #[test]
 fn freed_memory_is_reused_and_accounted() {
+    let _turn = one_at_a_time();
     let (free0, total) = memory_info(0).unwrap();
     assert!(free0 <= total);
     let p = malloc(0, 1 << 20).unwrap();
@@ -120,6 +139,7 @@ fn freed_memory_is_reused_and_accounted() {
 
 #[test]
 fn many_threads_allocate_copy_and_free_at_once() {
+    let _turn = one_at_a_time();
     let threads: Vec<_> = (0..8)
         .map(|t| {
             std::thread::spawn(move || {
@@ -140,7 +160,7 @@ fn many_threads_allocate_copy_and_free_at_once() {
 
 #[test]
 fn trim_returns_freed_pages_to_the_host() {
-    // Device 1 is not used concurrently by another test in this binary with this size.
+    let _turn = one_at_a_time();
     let len = 3 << 20;
     let p = to_device(&vec![7u8; len], 1);
     free(p).unwrap();
