@@ -458,8 +458,10 @@ def input_bytes(name: str) -> bytes:
     data = (ROOT / path).read_bytes()
     if not anchor:
         return data
-    section = data.split(f"ANCHOR: {anchor}\n".encode(), 1)[1].split(f"ANCHOR_END: {anchor}".encode(), 1)[0]
-    return section
+    start, end = f"ANCHOR: {anchor}\n".encode(), f"ANCHOR_END: {anchor}".encode()
+    if start not in data or end not in data:
+        raise ValueError(f"{path} has no ANCHOR: {anchor} ... ANCHOR_END: {anchor} section (input {name!r})")
+    return data.split(start, 1)[1].split(end, 1)[0]
 
 
 def main(names):
