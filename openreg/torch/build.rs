@@ -4,9 +4,9 @@
 fn main() {
     let torch = torch_build::Torch::probe();
 
-    // One translation unit per PyTorch interface: an edit recompiles only that file, and the
-    // heavy headers (torch/library.h, ATen ops) are parsed only where they are needed. The
-    // folders follow the book's parts.
+    // One translation unit per PyTorch interface: an edit recompiles only that file. Each file
+    // includes the ATen operators it calls, one header each; the torch headers most files share
+    // are precompiled once (csrc/Precompiled.h). The folders follow the book's parts.
     let sources = [
         "csrc/Errors.cpp",
         "csrc/Register.cpp",
@@ -82,7 +82,9 @@ fn main() {
     build.include(kineto.expect("torch's include directory has no kineto/libkineto.h")).define("USE_KINETO", None);
     // openreg_aoti.h, the interface packaged models compile against, ships in the Python package.
     let aoti_include = "../python/torch_openreg/include";
-    build.files(sources).include("csrc").include(aoti_include).include(&generated).compile("openreg_torch_glue");
+    build.include("csrc").include(aoti_include).include(&generated);
+    torch.precompile_header(&mut build, std::path::Path::new("csrc/Precompiled.h"));
+    build.files(sources).compile("openreg_torch_glue");
     torch.link();
 
     println!("cargo:rerun-if-changed=csrc");

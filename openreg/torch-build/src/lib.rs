@@ -108,6 +108,59 @@ impl Torch {
         self.version.split('+').next().unwrap_or(&self.version)
     }
 
+    // ANCHOR: precompile_header
+    /// Compiles `header` once, with `build`'s own flags, and has every file of `build` include
+    /// it first (`-include`): the torch headers that most files include are parsed once per
+    /// build instead of once per file. GCC only (another compiler gets the files as they are).
+    /// Call it after the flags are set: GCC ignores a precompiled header built with other flags
+    /// (`-Winvalid-pch` says so in the build's warnings).
+    pub fn precompile_header(&self, build: &mut cc::Build, header: &Path) {
+        println!("cargo:rerun-if-changed={}", header.display());
+        let compiler = build.get_compiler();
+        if !compiler.is_like_gnu() {
+            return;
+        }
+        // GCC takes `<name>.gch` from beside the header `-include` names, so both go in OUT_DIR.
+        let dir = PathBuf::from(std::env::var("OUT_DIR").expect("OUT_DIR: call this from a build script"))
+            .join("precompiled");
+        std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("cannot create {}: {e}", dir.display()));
+        let name = header.file_name().expect("the header is a file");
+        let copy = dir.join(name);
+        std::fs::copy(header, &copy).unwrap_or_else(|e| panic!("cannot copy {}: {e}", header.display()));
+        let mut gch = copy.clone().into_os_string();
+        gch.push(".gch");
+        // ccache caches a precompiled header, and files compiled with one, only when told that
+        // the header's macros and timestamps may be trusted (it is rewritten by every build).
+        // It hashes every file's includes, this one too (hundreds of MB): its inode cache
+        // hashes it once per build instead of once per file.
+        let mut sloppiness: Vec<String> = std::env::var("CCACHE_SLOPPINESS").unwrap_or_default()
+            .split(',').filter(|s| !s.is_empty()).map(String::from).collect();
+        for item in ["pch_defines", "time_macros", "include_file_mtime", "include_file_ctime"] {
+            if !sloppiness.iter().any(|s| s == item) {
+                sloppiness.push(item.into());
+            }
+        }
+        let sloppiness = sloppiness.join(",");
+        build.env("CCACHE_SLOPPINESS", &sloppiness).env("CCACHE_INODECACHE", "true");
+        let out = compiler
+            .to_command()
+            .env("CCACHE_SLOPPINESS", &sloppiness)
+            .args(["-x", "c++-header"])
+            .arg(&copy)
+            .arg("-o")
+            .arg(&gch)
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run {}: {e}", compiler.path().display()));
+        if !out.status.success() {
+            panic!("precompiling {} failed:\n{}", header.display(), String::from_utf8_lossy(&out.stderr));
+        }
+        build.flag("-include").flag(copy.to_str().expect("OUT_DIR is UTF-8")).flag("-Winvalid-pch");
+        // A template instantiated from a precompiled header loses the header's own
+        // `#pragma GCC diagnostic ignored`: torch's TypeSafeSignMath.h would warn in every file.
+        build.flag("-Wno-sign-compare");
+    }
+    // ANCHOR_END: precompile_header
+
     // ANCHOR: gen_backend_stubs
     /// Runs torchgen's backend code generator (what out-of-tree backends such as torch_xla
     /// use) on `yaml` into `out_dir`: `RegisterPrivateUse1.cpp`, the wrappers and their
