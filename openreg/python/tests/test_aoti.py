@@ -1,12 +1,14 @@
 """AOTInductor on openreg: packages compiled from exported programs, loaded from Python and from
 a C++ program with no Python (openreg/cpp/examples/run_package.cpp over libtorch_openreg.so).
 
-Compiling a package takes seconds to tens of seconds; Inductor's cache (TORCHINDUCTOR_CACHE_DIR,
-which `make test` keeps in the build tree) makes a second run cheap. Each model is compiled
-once per session.
+Compiling a package takes seconds to tens of seconds. Each model is compiled once per session,
+and its package is kept in the build tree for later runs (see `compile_package`).
 """
 
+import hashlib
+import io
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -63,10 +65,39 @@ MODELS = {
 }
 
 
+# Compiled packages are kept under a key of everything they are compiled from (the exported
+# program with its weights, torch, the package's compile path, the C++ compiler), as the book's
+# tests keep the chapter crates' wheels: a run with the same key loads the kept package, and a
+# fresh clone (CI) compiles. Inductor's own cache does not keep AOT packages.
+KEPT = ROOT / "target" / "aoti-packages"
+COMPILE_PATH = sorted(p for p in (ROOT / "openreg" / "python" / "torch_openreg").rglob("*")
+                      if p.is_file() and p.suffix in (".py", ".h"))
+
+
+def package_key(program) -> str:
+    key = hashlib.sha256(torch.__version__.encode())
+    saved = io.BytesIO()
+    torch.export.save(program, saved)
+    key.update(saved.getvalue())
+    for path in COMPILE_PATH:
+        key.update(str(path.relative_to(ROOT)).encode() + path.read_bytes())
+    key.update(subprocess.run(["c++", "--version"], capture_output=True, check=True).stdout)
+    return key.hexdigest()[:20]
+
+
 def compile_package(model, example, path, dynamic=True):
     shapes = ({0: torch.export.Dim("batch", min=2, max=64)},) if dynamic else None
     program = torch.export.export(model, (example,), dynamic_shapes=shapes)
-    return torch._inductor.aoti_compile_and_package(program, package_path=str(path))
+    kept = KEPT / f"{package_key(program)}.pt2"
+    if kept.exists():
+        shutil.copyfile(kept, path)
+        return str(path)
+    torch._inductor.aoti_compile_and_package(program, package_path=str(path))
+    KEPT.mkdir(parents=True, exist_ok=True)
+    partial = kept.with_suffix(f".{os.getpid()}.tmp")  # two test workers may keep the same one
+    shutil.copyfile(path, partial)
+    os.replace(partial, kept)
+    return str(path)
 
 
 @pytest.fixture(scope="module")
