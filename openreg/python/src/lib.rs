@@ -7,7 +7,8 @@
 
 use pyo3::exceptions::{PyImportError, PyIndexError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::PyType;
+use pyo3::intern;
+use pyo3::types::{PyInt, PyTuple, PyType};
 
 use openreg_runtime as rt;
 
@@ -134,11 +135,38 @@ fn _get_default_generator<'py>(py: Python<'py>, device: i64) -> PyResult<Bound<'
 }
 
 // ANCHOR: launch_compiled
-/// Queues a compiled kernel (Inductor's C++) on the current stream of its tensors' device;
-/// `args`: `(is_tensor, data_ptr or integer, storage base, storage bytes)` per argument.
+/// Queues a compiled kernel (Inductor's C++) on the current stream of its tensors' device.
+/// `args` are the kernel's arguments as the generated wrapper passes them, tensors and
+/// integers; the kernel gets `team` threads if its tensors hold at least `team_from_elements`
+/// elements, else one. Reading the arguments here rather than in Python matters: a launch is
+/// on every compiled call's path.
 #[pyfunction]
-fn _launch_compiled(py: Python<'_>, function: usize, args: Vec<compiled::Arg>) -> PyResult<()> {
-    compiled::launch(function, &args).map_err(|e| match e {
+fn _launch_compiled(
+    py: Python<'_>,
+    function: usize,
+    args: &Bound<'_, PyTuple>,
+    team: u64,
+    team_from_elements: i64,
+) -> PyResult<()> {
+    let mut launch_args = Vec::with_capacity(args.len() + 1);
+    let mut elements = 0i64;
+    for arg in args.iter() {
+        if arg.is_instance_of::<PyInt>() {
+            launch_args.push(compiled::Arg::Value(arg.extract::<i64>()? as u64));
+            continue;
+        }
+        let numel: i64 = arg.call_method0(intern!(py, "numel"))?.extract()?;
+        let data: u64 = arg.call_method0(intern!(py, "data_ptr"))?.extract()?;
+        elements += numel;
+        launch_args.push(if numel == 0 {
+            compiled::Arg::Value(data)
+        } else {
+            compiled::Arg::Tensor { data, storage: None }
+        });
+    }
+    let threads = if elements >= team_from_elements { team } else { 1 };
+    launch_args.push(compiled::Arg::Value(threads));
+    compiled::launch(function, &launch_args).map_err(|e| match e {
         compiled::LaunchError::Argument(message) => PyRuntimeError::new_err(message),
         compiled::LaunchError::Runtime(error) => py_err(py, error),
     })

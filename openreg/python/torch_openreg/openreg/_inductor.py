@@ -40,13 +40,7 @@ class CompiledKernel:
         if self.address is None:
             function = self.compiled.result() if hasattr(self.compiled, "result") else self.compiled
             self.address = ctypes.cast(function, ctypes.c_void_p).value
-        elements = sum(a.numel() for a in args if isinstance(a, torch.Tensor))
-        threads = self.team if elements >= self.TEAM_FROM_ELEMENTS else 1
-        _C._launch_compiled(self.address, [
-            (True, a.data_ptr(), a.untyped_storage().data_ptr(), a.untyped_storage().nbytes())
-            if isinstance(a, torch.Tensor) else (False, int(a), 0, 0)
-            for a in args
-        ] + [(False, threads, 0, 0)])
+        _C._launch_compiled(self.address, args, self.team, self.TEAM_FROM_ELEMENTS)
 # ANCHOR_END: launcher
 
 

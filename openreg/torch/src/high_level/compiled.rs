@@ -11,23 +11,43 @@ use std::ffi::{CStr, c_char, c_void};
 
 use openreg_runtime as rt;
 
-/// One argument as Python passes it: a tensor's data pointer with its storage's base and
-/// length (`is_tensor`), or an integer.
-pub type Arg = (bool, u64, u64, u64);
+/// One argument of a kernel.
+#[derive(Clone, Copy)]
+pub enum Arg {
+    /// An int64 size, or the pointer of an empty tensor, which the kernel never reads.
+    Value(u64),
+    /// A tensor's data pointer, with its storage's `(base, bytes)` when the caller has them
+    /// (AOTInductor's C++ does). Without them the runtime finds the live allocation holding
+    /// the pointer: one lookup in Rust is cheaper than asking Python for the storage.
+    Tensor { data: u64, storage: Option<(u64, u64)> },
+}
+
+/// Where an argument's memory is: a kernel may run on the device only, or must also wait
+/// for host memory it borrows.
+#[derive(Clone, Copy, PartialEq)]
+enum Place {
+    Nowhere,
+    Host,
+    Device(usize),
+}
 
 /// The argument as the kernel sees it: device addresses translated to the runtime's view.
-fn translate(arg: Arg) -> rt::Result<(u64, Option<usize>)> {
-    let (is_tensor, value, base, len) = arg;
-    if !is_tensor || len == 0 {
-        return Ok((value, None));
-    }
-    match rt::device_of(value as *const u8) {
-        None => Ok((value, None)), // host memory (a CPU tensor): usable as is
-        Some(device) => {
-            let view = rt::host_view_within(base as *const u8, len as usize, base as *const u8, len as usize)?;
-            Ok((view as u64 + (value - base), Some(device)))
+fn translate(arg: Arg) -> rt::Result<(u64, Place)> {
+    let (data, storage) = match arg {
+        Arg::Value(value) | Arg::Tensor { data: value, storage: Some((_, 0)) } => return Ok((value, Place::Nowhere)),
+        Arg::Tensor { data, storage } => (data, storage),
+    };
+    let Some(device) = rt::device_of(data as *const u8) else {
+        return Ok((data, Place::Host)); // host memory (a CPU tensor): usable as is
+    };
+    let view = match storage {
+        Some((base, bytes)) => {
+            let base_view = rt::host_view_within(base as *const u8, bytes as usize, base as *const u8, bytes as usize)?;
+            base_view as u64 + (data - base)
         }
-    }
+        None => rt::host_view(data as *const u8, 0)? as u64,
+    };
+    Ok((view, Place::Device(device)))
 }
 
 /// What a kernel's C wrapper returns (`_inductor.py` writes it): 0 when the kernel ran,
@@ -84,13 +104,14 @@ pub fn launch(function: usize, args: &[Arg]) -> Result<(), LaunchError> {
     let mut values = Vec::with_capacity(args.len());
     let (mut device, mut host) = (None, false);
     for &arg in args {
-        let (value, on) = translate(arg)?;
-        match (on, device) {
-            (Some(d), Some(first)) if d != first => {
+        let (value, place) = translate(arg)?;
+        match (place, device) {
+            (Place::Device(d), Some(first)) if d != first => {
                 return Err(LaunchError::Argument(format!("Expected all tensors to be on the same device, but found at least two devices, openreg:{first} and openreg:{d}!")));
             }
-            (Some(d), _) => device = Some(d),
-            (None, _) => host |= arg.0 && arg.3 > 0,
+            (Place::Device(d), _) => device = Some(d),
+            (Place::Host, _) => host = true,
+            (Place::Nowhere, _) => {}
         }
         values.push(value);
     }
@@ -136,7 +157,7 @@ pub unsafe extern "C" fn openreg_launch_compiled(
         // SAFETY: the caller passes `count` arguments.
         unsafe { std::slice::from_raw_parts(args, count) }
             .iter()
-            .map(|a| (a.is_tensor != 0, a.value, a.base, a.bytes))
+            .map(|a| if a.is_tensor != 0 { Arg::Tensor { data: a.value, storage: Some((a.base, a.bytes)) } } else { Arg::Value(a.value) })
             .collect()
     };
     let outcome = std::panic::catch_unwind(|| launch(kernel as usize, &args));
