@@ -1,6 +1,9 @@
 import contextlib
 import fcntl
+import fnmatch
+import hashlib
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -26,6 +29,25 @@ def one_crate_build_at_a_time(crate: Path):
             yield
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+# What a crate's copy leaves behind: build output, caches, and the lock file.
+NOT_COPIED = ("target", "__pycache__", "*.so", "Cargo.lock")
+
+
+def build_key(crate: Path) -> str:
+    """Everything a crate's wheel is built from: its files, the toolchain, torch, maturin.
+    A wheel built from the same key is the same wheel; CI, from a fresh clone, builds."""
+    venv = ROOT / ".venv"
+    digest = hashlib.sha256()
+    for path in sorted(crate.rglob("*")):
+        relative = path.relative_to(crate)
+        if path.is_file() and not any(fnmatch.fnmatch(part, p) for part in relative.parts for p in NOT_COPIED):
+            digest.update(str(relative).encode() + b"\0" + path.read_bytes())
+    for command in (["rustc", "-V"], [str(venv / "bin" / "maturin"), "-V"],
+                    [str(venv / "bin" / "python"), "-c", "import torch, sys; print(torch.__version__, sys.version)"]):
+        digest.update(subprocess.run(command, capture_output=True, text=True, check=True).stdout.encode())
+    return digest.hexdigest()[:16]
 
 
 def built_from(log: str, package: str, crate: Path) -> bool:

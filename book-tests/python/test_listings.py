@@ -2,7 +2,6 @@
 installed into a scratch environment, and passes its own tests: "copy it and start your own
 backend" is proven, not promised."""
 
-import fnmatch
 import hashlib
 import os
 import shutil
@@ -14,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from blocks import python_blocks, run
-from conftest import ROOT, built_from, one_crate_build_at_a_time
+from conftest import NOT_COPIED, ROOT, build_key, built_from, one_crate_build_at_a_time
 
 STAGES = sorted(p.name for p in (ROOT / "listings").iterdir() if (p / "Cargo.toml").exists())
 VENV = ROOT / ".venv"
@@ -25,23 +24,7 @@ def test_the_book_has_its_chapter_crates():
     assert STAGES == ["amp", "autoload", "compile", "device", "hooks", "operators", "runtime"]
 
 
-NOT_COPIED = ("target", "__pycache__", "*.so", "Cargo.lock")
 COPIED = shutil.ignore_patterns(*NOT_COPIED)
-
-
-def build_key(stage: str) -> str:
-    """Everything a crate's wheel is built from: its files, the toolchain, torch, maturin.
-    A wheel built from the same key is the same wheel; CI, from a fresh clone, builds."""
-    digest = hashlib.sha256()
-    crate = ROOT / "listings" / stage
-    for path in sorted(crate.rglob("*")):
-        relative = path.relative_to(crate)
-        if path.is_file() and not any(fnmatch.fnmatch(part, p) for part in relative.parts for p in NOT_COPIED):
-            digest.update(str(relative).encode() + b"\0" + path.read_bytes())
-    for command in (["rustc", "-V"], [str(VENV / "bin" / "maturin"), "-V"],
-                    [str(VENV / "bin" / "python"), "-c", "import torch, sys; print(torch.__version__, sys.version)"]):
-        digest.update(subprocess.run(command, capture_output=True, text=True, check=True).stdout.encode())
-    return digest.hexdigest()[:16]
 
 
 # ANCHOR: copy_out
@@ -62,7 +45,7 @@ def test_chapter_crate_builds_and_passes_its_tests_when_copied_out(stage, tmp_pa
     }
     # A wheel is kept under its build key: a later run with the same crate, toolchain and
     # torch installs it instead of building it again (one build per change, not per run).
-    key = build_key(stage)
+    key = build_key(ROOT / "listings" / stage)
     built = ROOT / "target" / "listings" / "wheels" / f"{stage}-{key}"
     if not built.is_dir():
         with one_crate_build_at_a_time(crate):
