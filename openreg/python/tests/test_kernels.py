@@ -1,6 +1,8 @@
 """The Rust kernels against CPU: shapes (empty, 0-dim, broadcast, non-contiguous, transposed),
 both devices, float32/float16/bfloat16, out=/in-place variants, and the errors CPU gives."""
 
+import functools
+
 import pytest
 import torch
 
@@ -10,12 +12,12 @@ TOL = {torch.float32: dict(rtol=1e-5, atol=1e-5), torch.float16: dict(rtol=1e-2,
        torch.bfloat16: dict(rtol=2e-2, atol=2e-2)}
 
 
-def check(fn, *inputs, device, dtype=torch.float32):
+def check(fn, *inputs, device, dtype=torch.float32, tol=None):
     """Runs `fn` on CPU and on `device` and compares results (values, dtype, shape)."""
     expected = fn(*inputs)
     got = fn(*[t.to(device) if isinstance(t, torch.Tensor) else t for t in inputs])
     assert got.device == torch.device(device)
-    torch.testing.assert_close(got.cpu(), expected, equal_nan=True, **TOL[dtype])
+    torch.testing.assert_close(got.cpu(), expected, equal_nan=True, **(tol or TOL[dtype]))
     return got
 
 
@@ -323,6 +325,26 @@ def test_matmul(m, k, n, dtype, device):
     check(lambda c, x, y: torch.addmm(c, x, y, beta=0.5, alpha=2), bias, a, b, device=device, dtype=dtype)
     batch = torch.randn(3, m, k).to(dtype), torch.randn(3, k, n).to(dtype)
     check(torch.bmm, *batch, device=device, dtype=dtype)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("m,k,n", [(2, 64, 300), (8, 2048, 70), (33, 700, 5), (64, 515, 64), (300, 1024, 3)], ids=str)
+def test_matmul_of_rows_by_rows(m, k, n, device):
+    """A linear layer's product, `x @ wᵀ` with both along k and few rows on one side, which the
+    kernel sums row by row instead of through gemm: bias, scales, a zero beta over NaN, a
+    strided out=, a batch, and the longer side split either way."""
+    x, w, bias = torch.randn(m, k), torch.randn(n, k), torch.randn(n)
+    # Sums of k products in another order than CPU's: the difference grows with k.
+    check = functools.partial(globals()["check"], tol=dict(rtol=1e-5, atol=3e-7 * k))
+    check(torch.nn.functional.linear, x, w, bias, device=device)
+    check(lambda x, w: x @ w.t(), x, w, device=device)
+    check(lambda x, w: w @ x.t(), x, w, device=device)  # the short side is the other operand
+    check(lambda c, x, w: torch.addmm(c, x, w.t(), beta=0.5, alpha=-2), bias, x, w, device=device)
+    check(lambda c, x, w: torch.addmm(c, x, w.t(), beta=0), torch.full((m, n), float("nan")), x, w, device=device)
+    check(lambda x, w: torch.mm(x, w.t(), out=torch.zeros(n, m, device=x.device).t()), x, w, device=device)
+    batch = torch.randn(3, m, k), torch.randn(3, n, k)
+    check(lambda a, b: torch.bmm(a, b.transpose(1, 2)), *batch, device=device)
+    check(lambda a, b: torch.bmm(a[:, :, 1:], b[:, :, 1:].transpose(1, 2)), *batch, device=device)  # rows not k apart
 
 
 def test_addmm_beta_zero_ignores_nan_and_in_place():

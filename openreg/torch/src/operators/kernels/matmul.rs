@@ -144,12 +144,73 @@ impl Matmul {
     }
 
     pub(crate) fn run(&self) {
+        if self.is_rows_times_rows() {
+            return self.run_dot_rows();
+        }
         // Split along the longer side: 2048x64 @ 64x72 in two halves of 36 columns took 1.3x
         // the CPU's time, in two halves of 1024 rows 0.98x.
         if self.m > self.n {
             return self.transposed().run_columns();
         }
         self.run_columns()
+    }
+
+    /// Whether this is float32 `a @ wᵀ` with both operands' rows contiguous along `k` (a linear
+    /// layer: activations times a weight stored out x in) and few rows on one side: then
+    /// [`dot_rows`], which reads `w` where it is, beats `gemm`, which first repacks all of `w`
+    /// for the handful of rows it multiplies.
+    fn is_rows_times_rows(&self) -> bool {
+        let k = self.k as i64;
+        self.dtype == Dtype::Float
+            && self.k > 0
+            && self.a.col_stride == 1
+            && (self.m == 1 || self.a.row_stride == k) // a single row's stride is any
+            && self.b.row_stride == 1
+            && (self.n == 1 || self.b.col_stride == k)
+            && (2..=64).contains(&self.m.min(self.n)) // one row: gemm's own matrix-vector path
+            && prefer_dot_rows(self.m, self.n, self.k)
+    }
+
+    /// [`Self::run`] by [`dot_rows`]: the longer side's rows are split over the kernel threads,
+    /// each part summing into a buffer of its own, then scaled into `out`.
+    fn run_dot_rows(&self) {
+        let (m, n, k) = (self.m, self.n, self.k);
+        let split_n = n >= m;
+        let long = if split_n { n } else { m };
+        let parts = if m * n * k >= PARALLEL_WORK { super::thread_pool::threads().min(long / 16).max(1) } else { 1 };
+        let width = long.div_ceil(parts);
+        let (alpha, beta) = (self.alpha as f32, self.beta as f32);
+        for i in 0..self.batch as isize {
+            super::thread_pool::run(parts, |p| {
+                let (first, count) = (p * width, width.min(long.saturating_sub(p * width)));
+                if count == 0 {
+                    return;
+                }
+                let ((row0, rows), (col0, cols)) = if split_n { ((0, m), (first, count)) } else { ((first, count), (0, n)) };
+                let at = |x: &Matrix, row: usize| (x.data as *const f32).wrapping_offset(i * x.batch_stride as isize + (row * k) as isize);
+                // SAFETY: C++ checked each operand's extent; rows of both run contiguously along
+                // k (is_rows_times_rows), so these rows are one stretch each.
+                let (a, b) = unsafe {
+                    (std::slice::from_raw_parts(at(&self.a, row0), rows * k), std::slice::from_raw_parts(at(&self.b, col0), cols * k))
+                };
+                let mut sums = vec![0.0f32; rows * cols];
+                dot_rows(a, b, k, &mut sums);
+                let out = (self.out.data as *mut f32).wrapping_offset(
+                    i * self.out.batch_stride as isize + (row0 as i64 * self.out.row_stride + col0 as i64 * self.out.col_stride) as isize,
+                );
+                for r in 0..rows {
+                    for c in 0..cols {
+                        // SAFETY: inside `out`, which C++ checked; parts write disjoint elements.
+                        unsafe {
+                            let o = out.offset(r as isize * self.out.row_stride as isize + c as isize * self.out.col_stride as isize);
+                            let product = alpha * sums[r * cols + c];
+                            // A zero beta must not read `out` (it may hold NaN).
+                            *o = if beta == 0.0 { product } else { beta * *o + product };
+                        }
+                    }
+                }
+            });
+        }
     }
 
     fn run_columns(&self) {
