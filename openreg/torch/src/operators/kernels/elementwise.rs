@@ -623,7 +623,11 @@ unsafe fn compute_any(op: Pointwise, [x, y]: [f32; 2], [a, b, c]: [*const f32; 3
             Pointwise::Erfinv => map1(n, a, o, math::erfinv),
             Pointwise::Sin => map1(n, a, o, f32::sin),
             Pointwise::Cos => map1(n, a, o, f32::cos),
-            // CPU's special cases (pow_tensor_scalar_optimized_kernel), so results agree bit for bit.
+            // CPU's special cases (pow_Tensor_Scalar_out's fill and copy, then
+            // pow_tensor_scalar_optimized_kernel), so results agree bit for bit. x^1 comes up in
+            // every backward of x^2 (RMSNorm, the variance of layer norm).
+            Pointwise::PowScalar if x == 0.0 => map1(n, a, o, |_| 1.0),
+            Pointwise::PowScalar if x == 1.0 => map1(n, a, o, |a| a),
             Pointwise::PowScalar if x == 2.0 => map1(n, a, o, |a| a * a),
             Pointwise::PowScalar if x == 3.0 => map1(n, a, o, |a| a * a * a),
             Pointwise::PowScalar if x == 0.5 => map1(n, a, o, f32::sqrt),
