@@ -335,16 +335,16 @@ def test_matmul_of_rows_by_rows(m, k, n, device):
     strided out=, a batch, and the longer side split either way."""
     x, w, bias = torch.randn(m, k), torch.randn(n, k), torch.randn(n)
     # Sums of k products in another order than CPU's: the difference grows with k.
-    check = functools.partial(globals()["check"], tol=dict(rtol=1e-5, atol=3e-7 * k))
-    check(torch.nn.functional.linear, x, w, bias, device=device)
-    check(lambda x, w: x @ w.t(), x, w, device=device)
-    check(lambda x, w: w @ x.t(), x, w, device=device)  # the short side is the other operand
-    check(lambda c, x, w: torch.addmm(c, x, w.t(), beta=0.5, alpha=-2), bias, x, w, device=device)
-    check(lambda c, x, w: torch.addmm(c, x, w.t(), beta=0), torch.full((m, n), float("nan")), x, w, device=device)
-    check(lambda x, w: torch.mm(x, w.t(), out=torch.zeros(n, m, device=x.device).t()), x, w, device=device)
+    close = functools.partial(check, device=device, tol=dict(rtol=1e-5, atol=3e-7 * k))
+    close(torch.nn.functional.linear, x, w, bias)
+    close(lambda x, w: x @ w.t(), x, w)
+    close(lambda x, w: w @ x.t(), x, w)  # the short side is the other operand
+    close(lambda c, x, w: torch.addmm(c, x, w.t(), beta=0.5, alpha=-2), bias, x, w)
+    close(lambda c, x, w: torch.addmm(c, x, w.t(), beta=0), torch.full((m, n), float("nan")), x, w)
+    close(lambda x, w: torch.mm(x, w.t(), out=torch.zeros(n, m, device=x.device).t()), x, w)
     batch = torch.randn(3, m, k), torch.randn(3, n, k)
-    check(lambda a, b: torch.bmm(a, b.transpose(1, 2)), *batch, device=device)
-    check(lambda a, b: torch.bmm(a[:, :, 1:], b[:, :, 1:].transpose(1, 2)), *batch, device=device)  # rows not k apart
+    close(lambda a, b: torch.bmm(a, b.transpose(1, 2)), *batch)
+    close(lambda a, b: torch.bmm(a[:, :, 1:], b[:, :, 1:].transpose(1, 2)), *batch)  # rows not k apart
 
 
 def test_addmm_beta_zero_ignores_nan_and_in_place():
