@@ -39,6 +39,10 @@ pub(crate) fn launch_matmul(
 /// Below this many multiply-adds, threads cost more than they save.
 const PARALLEL_WORK: usize = 1 << 18;
 
+/// Elements of an operand (8 MB of float32) past which it no longer stays in this machine's
+/// caches from one product to the next.
+const LARGE_OPERAND: usize = 1 << 21;
+
 /// `out[b] = beta * out[b] + alpha * (a[b] @ b[b])` for each of `batch` matrices; `out` is
 /// m x n, `a` m x k, `b` k x n; addresses are runtime views, strides are in elements.
 #[derive(Clone)] // a graph replays a captured kernel: it runs once per replay
@@ -158,16 +162,19 @@ impl Matmul {
     /// Whether this is float32 `a @ wᵀ` with both operands' rows contiguous along `k` (a linear
     /// layer: activations times a weight stored out x in) and few rows on one side: then
     /// [`dot_rows`], which reads `w` where it is, beats `gemm`, which first repacks all of `w`
-    /// for the handful of rows it multiplies.
+    /// for the handful of rows it multiplies. With more rows, gemm's larger register blocks
+    /// win, unless `w` is too large for the caches, where reading it once is what counts.
     fn is_rows_times_rows(&self) -> bool {
         let k = self.k as i64;
+        let (short, long) = (self.m.min(self.n), self.m.max(self.n));
         self.dtype == Dtype::Float
             && self.k > 0
             && self.a.col_stride == 1
             && (self.m == 1 || self.a.row_stride == k) // a single row's stride is any
             && self.b.row_stride == 1
             && (self.n == 1 || self.b.col_stride == k)
-            && (2..=64).contains(&self.m.min(self.n)) // one row: gemm's own matrix-vector path
+            // One row: gemm's own matrix-vector path.
+            && ((2..=16).contains(&short) || ((17..=48).contains(&short) && long * self.k >= LARGE_OPERAND))
             && prefer_dot_rows(self.m, self.n, self.k)
     }
 
