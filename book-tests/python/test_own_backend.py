@@ -106,17 +106,34 @@ def test_rename_then_first_op_then_build_and_test(tmp_path):
         "CCACHE_BASEDIR": str(tmp_path),
     }
     build_env.pop("CXX", None)  # the crate's build.rs picks ccache by itself
-    with one_crate_build_at_a_time(crate):
-        build = subprocess.run([str(VENV / "bin" / "maturin"), "develop", "--release"], cwd=crate,
-                               env=build_env, capture_output=True, text=True, timeout=1200)
-    assert build.returncode == 0, build.stdout + build.stderr
-    assert built_from(build.stderr, "torch-mydev", crate), build.stderr
+    # The reader's `maturin develop`, once per build key: its wheel is kept (`maturin build`
+    # after it only packs what cargo just built), and a later run with the same files,
+    # toolchain and torch installs that instead, as test_listings.py does for the crates.
+    kept = ROOT / "target" / "listings" / "wheels" / f"renamed-{key}"
+    if not list(kept.glob("*.whl")):
+        with one_crate_build_at_a_time(crate):
+            build = subprocess.run([str(VENV / "bin" / "maturin"), "develop", "--release"], cwd=crate,
+                                   env=build_env, capture_output=True, text=True, timeout=1200)
+            assert build.returncode == 0, build.stdout + build.stderr
+            assert built_from(build.stderr, "torch-mydev", crate), build.stderr
+            packed = subprocess.run([str(VENV / "bin" / "maturin"), "build", "--release", "-o", str(tmp_path / "wheel")],
+                                    cwd=crate, env=build_env, capture_output=True, text=True, timeout=300)
+            assert packed.returncode == 0, packed.stdout + packed.stderr
+        [wheel] = (tmp_path / "wheel").glob("*.whl")
+        kept.mkdir(parents=True, exist_ok=True)
+        shutil.copy(wheel, kept / f"{wheel.name}.tmp")
+        os.replace(kept / f"{wheel.name}.tmp", kept / wheel.name)
+    else:
+        [wheel] = kept.glob("*.whl")
+        install = subprocess.run([str(env / "bin" / "python"), "-m", "pip", "install", "-q", "--no-deps", "--no-index",
+                                  str(wheel)], capture_output=True, text=True, timeout=300)
+        assert install.returncode == 0, install.stdout + install.stderr
 
     # Its tests, once per build key, as the chapter crates' (test_listings.py): a renamed crate
     # with the same files, toolchain, torch and requirements passed them. A fresh clone (CI)
     # runs them; OPENREG_RERUN_CRATE_TESTS=1 forces.
     requirements = hashlib.sha256((ROOT / "requirements.txt").read_bytes()).hexdigest()[:12]
-    record = ROOT / "target" / "listings" / "wheels" / f"renamed-{key}" / f"tests-passed-{requirements}"
+    record = kept / f"tests-passed-{requirements}"
     if not record.exists() or os.environ.get("OPENREG_RERUN_CRATE_TESTS") == "1":
         tests = subprocess.run([str(env / "bin" / "python"), "-P", "-m", "pytest", "-q", "-p", "no:cacheprovider",
                                 "tests"], cwd=crate, env=build_env, capture_output=True, text=True, timeout=900)

@@ -2,6 +2,9 @@
 on the full backend run against the built backend and print exactly the output shown under
 them (test_listings.py runs the ones on a chapter crate, in that crate's environment)."""
 
+import os
+import shutil
+
 import pytest
 
 from blocks import Block, python_blocks, run
@@ -40,10 +43,20 @@ def test_blocks_on_a_crate_name_one_that_exists():
         assert b.environment in stages | {"full", None}, f"{b.path.name}:{b.line}: no crate listings/{b.environment}"
 
 
+# Inductor's graph cache does not cover AOTInductor packages: their C++ is compiled on every
+# run. Through ccache a set-up machine reuses the objects; ccache refuses a file that includes a
+# precompiled header (Inductor's wrapper does) unless its sloppiness allows it.
+COMPILER_CACHE = {
+    "CXX": "ccache c++",
+    "CCACHE_SLOPPINESS": ",".join(filter(None, [os.environ.get("CCACHE_SLOPPINESS"),
+                                                 "pch_defines,time_macros,include_file_mtime,include_file_ctime"])),
+} if shutil.which("ccache") else {}
+
+
 @pytest.mark.parametrize("block", [b for b in BLOCKS if b.environment == "full"],
                          ids=lambda b: f"{b.path.name}:{b.line}")
 def test_block(block):
-    failure = run(block, ROOT)
+    failure = run(block, ROOT, env={**os.environ, **COMPILER_CACHE})
     assert failure is None, failure
 
 
