@@ -1,10 +1,13 @@
-"""The processes of test_distributed.py: ``python distributed_workers.py SCENARIO RANK WORLD PORT``.
+"""The processes of test_distributed.py: ``python distributed_workers.py SCENARIO WORLD PORT LOGS``
+imports torch, forks WORLD ranks and prints their exit codes.
 
 Each scenario runs in every rank, checks its results with asserts and exits 0; a failure
-exits non-zero with the traceback on stderr, which the test prints.
+exits non-zero with the traceback in the rank's log (LOGS/rank<N>.log), which the test prints.
 """
 
 import datetime
+import gc
+import json
 import os
 import sys
 import time
@@ -567,7 +570,31 @@ def watchdog(rank, world):
     dist.destroy_process_group()
 
 
+# ANCHOR: fork
+def fork_ranks(scenario, world, logs):
+    """Forks the ranks from this process, after torch is imported: its import (seconds of CPU)
+    is paid once per scenario, not once per rank. Nothing here has used the device, and must
+    not: the runtime refuses a child forked after that, as CUDA's does. Returns the ranks'
+    exit codes (negative: killed by that signal)."""
+    gc.freeze()  # the import's objects: no rank's collections walk (and copy) them
+    pids = []
+    for rank in range(world):
+        sys.stdout.flush()  # nothing buffered here is written twice
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:  # the rank: its output goes to its log, its exit code is the scenario's
+            log = os.open(os.path.join(logs, f"rank{rank}.log"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+            os.dup2(log, 1)
+            os.dup2(log, 2)
+            sys.stdout.reconfigure(line_buffering=True)  # a killed rank's log still shows its last line
+            globals()[scenario](rank, world)  # an exception exits 1 with its traceback in the log
+            sys.exit(0)
+        pids.append(pid)
+    return [os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) for pid in pids]
+# ANCHOR_END: fork
+
+
 if __name__ == "__main__":
-    scenario, rank, world, port = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+    scenario, world, port, logs = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
-    globals()[scenario](rank, world)
+    print(json.dumps(fork_ranks(scenario, world, logs)))

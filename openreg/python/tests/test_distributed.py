@@ -1,11 +1,14 @@
-"""torch.distributed over occl: every scenario runs in separate processes (distributed_workers.py),
-each bounded in time; a run that exceeds it is killed with all its processes."""
+"""torch.distributed over occl: every scenario runs in separate processes (distributed_workers.py
+forks the ranks), each bounded in time; a run that exceeds it is killed with all its processes."""
 
+import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -21,39 +24,40 @@ def free_port() -> int:
 
 # ANCHOR: run
 def run(scenario: str, world: int, timeout: float = 120, exits=None, env=None):
-    """Starts ``world`` ranks of ``scenario`` and waits for all of them, at most ``timeout``
-    seconds; fails with every rank's output unless each exits with ``exits[rank]`` (0)."""
-    port = str(free_port())
-    procs = [
-        subprocess.Popen(
-            [sys.executable, str(WORKERS), scenario, str(rank), str(world), port],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            start_new_session=True,  # a process group of its own: killed as a whole
-            env={**os.environ, **(env or {})},
-        )
-        for rank in range(world)
-    ]
-    outputs = []
+    """Runs ``scenario`` in ``world`` ranks (distributed_workers.py forks them) and waits for
+    all of them, at most ``timeout`` seconds; fails with every rank's output unless each
+    exits with ``exits[rank]`` (0)."""
+    logs = Path(tempfile.mkdtemp(prefix=f"{scenario}-"))
+    launcher = subprocess.Popen(
+        [sys.executable, str(WORKERS), scenario, str(world), str(free_port()), str(logs)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,  # a process group of its own, ranks included: killed as a whole
+        # One OpenMP thread per rank, as torchrun sets for several processes on one machine:
+        # ranks that share the cores would otherwise spin in each other's way.
+        env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})},
+    )
+
+    def report(codes):
+        return "\n".join(f"--- rank {r} exited {c}\n" + (logs / f"rank{r}.log").read_text(errors="replace")
+                         for r, c in zip(range(world), codes) if (logs / f"rank{r}.log").exists())
+
     try:
-        for p in procs:
-            outputs.append(p.communicate(timeout=timeout)[0])
+        output = launcher.communicate(timeout=timeout)[0]
     except subprocess.TimeoutExpired:
-        for p in procs:  # stop them all, then show what each had printed
-            if p.poll() is None:
-                os.killpg(p.pid, signal.SIGKILL)
-        report = "\n".join(f"--- rank {r}\n{p.communicate()[0]}" for r, p in enumerate(procs))
-        pytest.fail(f"{scenario} with {world} ranks did not finish within {timeout} s\n{report}")
+        os.killpg(launcher.pid, signal.SIGKILL)  # the launcher and every rank it forked
+        launcher.communicate()
+        pytest.fail(f"{scenario} with {world} ranks did not finish within {timeout} s\n{report(['-'] * world)}")
     finally:
-        for p in procs:  # no process is left behind, whatever happened
-            if p.poll() is None:
-                os.killpg(p.pid, signal.SIGKILL)
-                p.wait()
-    codes = [p.returncode for p in procs]
+        if launcher.poll() is None:  # no process is left behind, whatever happened
+            os.killpg(launcher.pid, signal.SIGKILL)
+            launcher.wait()
+    lines = output.strip().splitlines()
+    codes = json.loads(lines[-1]) if launcher.returncode == 0 and lines else None
     if codes != (exits or [0] * world):
-        report = "\n".join(f"--- rank {r} exited {c}\n{o}" for r, (c, o) in enumerate(zip(codes, outputs)))
-        pytest.fail(f"{scenario}: exit codes {codes}\n{report}")
+        pytest.fail(f"{scenario}: exit codes {codes}\n{output if codes is None else ''}{report(codes or ['?'] * world)}")
+    shutil.rmtree(logs, ignore_errors=True)
 # ANCHOR_END: run
 
 
