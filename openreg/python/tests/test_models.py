@@ -73,11 +73,12 @@ CONVOLUTIONS = [
     (F.conv2d, (1, 1, 1, 1), (1, 1, 1, 1), (1,), {}),
     (F.conv2d, (0, 3, 8, 8), (4, 3, 3, 3), (4,), {}),  # empty batch
     (F.conv2d, (2, 3, 3, 3), (5, 3, 3, 3), (5,), {}),  # kernel = input: one position
-    # 3x3, unit stride, 32+ channels and 128+ tiles or 128+ channels: the forward takes the
-    # Winograd path, and so does the input gradient (a convolution with the flipped weight)
+    # 3x3, unit stride, 32+ channels each side and planes of 128+ tiles (2x2 outputs): the
+    # forward takes the Winograd path, and so does the input gradient (a convolution with the
+    # flipped weight); smaller planes take im2col
     (F.conv2d, (2, 32, 23, 21), (32, 32, 3, 3), (32,), dict(padding=1)),  # odd sizes: partial tiles
-    (F.conv2d, (1, 256, 5, 4), (256, 128, 3, 3), None, dict(groups=2, padding=(0, 2))),
-    (F.conv2d, (2, 128, 3, 3), (130, 128, 3, 3), (130,), dict(padding=3)),  # more padding than input (input gradient: col2im)
+    (F.conv2d, (1, 256, 24, 21), (256, 128, 3, 3), None, dict(groups=2, padding=(0, 2))),
+    (F.conv2d, (2, 128, 3, 3), (130, 128, 3, 3), (130,), dict(padding=3)),  # im2col; more padding than input (input gradient: col2im)
     (F.conv2d, (2, 128, 1, 1), (128, 128, 3, 3), None, dict(padding=1)),  # one output position
     (F.conv2d, (1, 32, 22, 24), (32, 32, 3, 3), None, dict(padding=2)),  # its input gradient: padding 0
     (F.conv2d, (1, 33, 23, 25), (35, 33, 3, 3), (35,), dict(padding=1)),  # one sample over the threads, uneven shares
@@ -100,10 +101,11 @@ def test_convolution_forward_and_backward(case, dtype, device):
     grads_against_cpu(lambda x, w, b: fn(x, w, b, **kwargs), tensors, device, dtype)
 
 
-@pytest.mark.parametrize("channels", [6, 129], ids=["im2col", "winograd"])
+@pytest.mark.parametrize("channels", [6, 65], ids=["im2col", "winograd"])
 @pytest.mark.parametrize("layout", ["transposed", "sliced", "channels_last", "channels_last_weight"])
 def test_convolution_of_other_layouts(layout, channels):
-    x, w, b = torch.randn(2, channels, 7, 9), torch.randn(channels - 1, channels, 3, 3), torch.randn(channels - 1)
+    plane = (7, 9) if channels < 32 else (23, 25)  # Winograd: 32+ channels, 128+ tiles
+    x, w, b = torch.randn(2, channels, *plane), torch.randn(channels - 1, channels, 3, 3), torch.randn(channels - 1)
     views = {
         "transposed": lambda x, w: (x.transpose(2, 3), w.transpose(2, 3)),
         "sliced": lambda x, w: (x[:, ::2, 1:, ::2], w[:, ::2]),
