@@ -347,6 +347,177 @@ def test_matmul_of_rows_by_rows(m, k, n, device):
     close(lambda a, b: torch.bmm(a[:, :, 1:], b[:, :, 1:].transpose(1, 2)), *batch)  # rows not k apart
 
 
+
+def grouped_operands(grouping, offsets, dtype, transposed):
+    """`_grouped_mm`'s operands for `grouping` (which one the offsets cut), 8 x 16 by 16 x 24
+    in full, each stored row- or column-major."""
+    groups, g = len(offsets), torch.Generator().manual_seed(len(offsets))
+    shapes = {"rows": [(24, 16), (groups, 16, 32)], "columns": [(groups, 8, 16), (16, 40)],
+              "depth": [(8, 40), (40, 24)], "batch": [(groups, 8, 16), (groups, 16, 24)]}[grouping]
+
+    def make(shape):
+        t = torch.randn(shape, generator=g).to(dtype)
+        # Column-major: the last two dimensions' strides swapped, as a transposed weight is.
+        return t.transpose(-1, -2).contiguous().transpose(-1, -2) if transposed else t
+
+    a, b = (make(s) for s in shapes)
+    offs = None if grouping == "batch" else torch.tensor(offsets, dtype=torch.int32)
+    return a, b, offs
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("transposed", [False, True], ids=["row_major", "column_major"])
+@pytest.mark.parametrize("grouping,offsets", [
+    ("rows", [5, 5, 17, 24]),      # an empty group
+    ("rows", [3, 20]),             # rows past the last offset
+    ("columns", [8, 8, 40]),
+    ("columns", [16]),             # columns past the last offset
+    ("depth", [10, 10, 33, 40]),   # an empty group: k = 0, zeros
+    ("batch", [0, 0, 0]),          # both 3-D: no offsets, a batch
+], ids=str)
+def test_grouped_mm_matches_cpu(grouping, offsets, transposed, dtype, device):
+    """torch._grouped_mm, forward and backward, against CPU's composite. What no group covers
+    (rows or columns past the last offset, of the output and of a gradient) CPU leaves as
+    `empty` left it; here it is zero, and only the groups are compared."""
+    a, b, offs = grouped_operands(grouping, offsets, dtype, transposed)
+    end = offsets[-1]
+    rows, cols = (lambda t: t[..., :end, :]), (lambda t: t[..., :end])
+    every = lambda t: t  # noqa: E731
+    # Which part of (out, a's gradient, b's gradient) the groups cover.
+    parts = {"rows": (rows, rows, every), "columns": (cols, every, cols), "depth": (every, cols, rows),
+             "batch": (every, every, every)}[grouping]
+    grad = torch.randn(torch._grouped_mm(a, b, offs=offs).shape, generator=torch.Generator().manual_seed(3)).to(dtype)
+
+    def run(device):
+        x, y = (t.detach().to(device).requires_grad_() for t in (a, b))
+        out = torch._grouped_mm(x, y, offs=None if offs is None else offs.to(device))
+        out.backward(grad.to(device))
+        return out, x.grad, y.grad
+
+    want, got = run("cpu"), run(device)
+    assert got[0].device == torch.device(device) and got[0].stride() == want[0].stride()
+    for part, w, g in zip(parts, want, got):
+        torch.testing.assert_close(part(g.detach()).cpu(), part(w.detach()), **TOL[dtype])
+    rest = {"rows": lambda t: t[end:], "columns": lambda t: t[:, end:]}.get(grouping)
+    if rest is not None:
+        assert not rest(got[0].detach().cpu()).any()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("shapes,offsets", [
+    ([(0, 16), (2, 16, 8)], [0, 0]),        # no tokens
+    ([(8, 0), (2, 0, 8)], [4, 8]),          # nothing to sum: zeros
+    ([(8, 0), (0, 8)], [0, 0]),             # 2-D x 2-D over an empty depth
+    ([(8, 4), (4, 8)], [0, 0]),             # every group empty: zeros
+    ([(8, 16), (16, 0)], [0, 0]),           # no columns
+    ([(4, 0), (0, 8)], [0]),                # a stride ATen refuses
+], ids=str)
+def test_grouped_mm_of_empty_operands(shapes, offsets, device):
+    a, b = (torch.randn(s) for s in shapes)
+    offs = torch.tensor(offsets, dtype=torch.int32)
+    try:
+        want = torch._grouped_mm(a, b, offs=offs)
+    except RuntimeError as cpu:
+        with pytest.raises(RuntimeError) as dev:
+            torch._grouped_mm(a.to(device), b.to(device), offs=offs.to(device))
+        assert str(dev.value) == str(cpu)
+        return
+    got = torch._grouped_mm(a.to(device), b.to(device), offs=offs.to(device))
+    assert got.shape == want.shape and got.stride() == want.stride()
+    torch.testing.assert_close(got.cpu(), want)
+
+
+@pytest.mark.parametrize("grouping", ["rows", "columns", "depth", "batch"])
+def test_grouped_mm_fake_tensors_agree_with_eager(grouping):
+    """The output's shape and (padded) strides under fake tensors, what torch.compile traces
+    with, are eager's: both come from ATen's own functions."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    a, b, offs = (None if t is None else t.to("openreg") for t in grouped_operands(grouping, [8, 16, 24], torch.float16, False))
+    eager = torch._grouped_mm(a, b, offs=offs)
+    with FakeTensorMode() as mode:
+        fake = torch._grouped_mm(*(mode.from_tensor(t) for t in (a, b)), offs=None if offs is None else mode.from_tensor(offs))
+    assert (fake.shape, fake.stride(), fake.device) == (eager.shape, eager.stride(), eager.device)
+
+
+def test_grouped_mm_output_rows_are_padded_as_atens():
+    """Five float16 columns: ATen pads each output row to 16 bytes (8 elements), on CPU, on the
+    device and under fake tensors alike."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    a, b = torch.randn(24, 16).half(), torch.randn(3, 5, 16).half().transpose(1, 2)
+    offs = torch.tensor([8, 16, 24], dtype=torch.int32)
+    want = torch._grouped_mm(a, b, offs=offs)
+    got = torch._grouped_mm(a.openreg(), b.openreg(), offs=offs.openreg())
+    on_device = [t.openreg() for t in (a, b, offs)]
+    with FakeTensorMode() as mode:
+        fake = torch._grouped_mm(*(mode.from_tensor(t) for t in on_device))
+    assert want.stride() == got.stride() == fake.stride() == (8, 1)
+    torch.testing.assert_close(got.cpu(), want, **TOL[torch.float16])
+
+
+def test_grouped_mm_offsets_out_of_order_stay_inside_the_operands():
+    """The offsets are device values the kernel does not check (as CUDA's does not): ones out
+    of order or range give empty or clipped groups, never a read or write outside."""
+    a, b = torch.randn(6, 4, device="openreg"), torch.randn(3, 4, 8, device="openreg")
+    out = torch._grouped_mm(a, b, offs=torch.tensor([4, 2, 99], dtype=torch.int32, device="openreg"))
+    want = torch.cat([a[:4].cpu() @ b[0].cpu(), a[4:].cpu() @ b[2].cpu()])
+    torch.testing.assert_close(out.cpu(), want)
+    out = torch._grouped_mm(a, b, offs=torch.tensor([-3, 3, 3], dtype=torch.int32, device="openreg"))
+    torch.testing.assert_close(out.cpu(), torch.cat([a[:3].cpu() @ b[1].cpu(), torch.zeros(3, 8)]))
+
+
+def test_grouped_mm_does_not_wait_for_the_device():
+    """The offsets are read on the stream: with a long kernel queued, the call returns before
+    the stream is done (PyTorch's composite copies them to the host, which waits)."""
+    a, b = torch.randn(24, 16, device="openreg"), torch.randn(3, 16, 8, device="openreg")
+    offs = torch.tensor([8, 16, 24], dtype=torch.int32, device="openreg")
+    big = torch.randn(1536, 1536, device="openreg")
+    torch.openreg.synchronize()
+    busy = big @ big @ big
+    out = torch._grouped_mm(a, b, offs=offs)
+    assert not torch.openreg.current_stream().query(), "the call waited for the stream"
+    torch.openreg.synchronize()
+    torch.testing.assert_close(out.cpu(), torch._grouped_mm(a.cpu(), b.cpu(), offs=offs.cpu()))
+    del busy
+
+
+def test_grouped_mm_errors_match_cpu():
+    f32, i32 = torch.float32, torch.int32
+
+    def errors_match(fn):
+        with pytest.raises(Exception) as cpu:
+            fn("cpu")
+        with pytest.raises(type(cpu.value)) as dev:
+            fn("openreg")
+        assert str(dev.value) == str(cpu.value)
+
+    offs = lambda d, *v: torch.tensor(v or [4, 8], dtype=i32, device=d)
+    errors_match(lambda d: torch._grouped_mm(torch.ones(8, 4, device=d), torch.ones(2, 5, 3, device=d), offs=offs(d)))
+    errors_match(lambda d: torch._grouped_mm(torch.ones(8, 4, device=d), torch.ones(3, 4, 3, device=d), offs=offs(d)))
+    errors_match(lambda d: torch._grouped_mm(torch.ones(8, 4, device=d), torch.ones(2, 4, 4, device=d)))
+    errors_match(lambda d: torch._grouped_mm(torch.ones(8, 4, device=d), torch.ones(2, 4, 4, device=d),
+                                             offs=offs(d).long()))
+    errors_match(lambda d: torch._grouped_mm(torch.ones(8, 4, device=d), torch.ones(2, 4, 4, device=d, dtype=torch.half),
+                                             offs=offs(d)))
+    errors_match(lambda d: torch._grouped_mm(torch.ones(8, 4, device=d, dtype=torch.long),
+                                             torch.ones(2, 4, 4, device=d, dtype=torch.long), offs=offs(d)))
+    errors_match(lambda d: torch._grouped_mm(torch.ones(2, 3, 4, device=d), torch.ones(2, 4, 4, device=d),
+                                             offs=offs(d)))
+    errors_match(lambda d: torch._grouped_mm(torch.ones(8, 4, device=d), torch.ones(2, 4, 4, device=d), offs=offs(d),
+                                             bias=torch.ones(2, 4, device=d)))
+    errors_match(lambda d: torch._grouped_mm(torch.ones(8, 4, device=d), torch.ones(2, 4, 4, device=d), offs=offs(d),
+                                             out_dtype=torch.half))
+    # Two 2-D operands whose contraction sizes differ: ATen's loop slices each by the offsets
+    # (on the host) and fails only where a slice comes out short; one kernel needs them equal.
+    with pytest.raises(RuntimeError, match="contraction dimension of mat_a and mat_b must match"):
+        torch._grouped_mm(torch.ones(8, 16, device="openreg"), torch.ones(8, 8, device="openreg"), offs=offs("openreg"))
+    # The offsets on another device than the operands: the device check of PyTorch's wrappers.
+    with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device"):
+        torch._grouped_mm(torch.ones(8, 4, device="openreg"), torch.ones(2, 4, 4, device="openreg"), offs=offs("cpu"))
+
+
 def test_addmm_beta_zero_ignores_nan_and_in_place():
     c = torch.full((2, 2), float("nan"))
     a, b = torch.randn(2, 3), torch.randn(3, 2)

@@ -23,6 +23,7 @@ use crate::operators::kernels::foreach::launch_foreach;
 use crate::operators::kernels::linalg::launch_qr;
 use crate::operators::kernels::losses::launch_loss;
 use crate::operators::kernels::lstm::launch_lstm_layer;
+use crate::operators::kernels::grouped_matmul::launch_grouped_matmul;
 use crate::operators::kernels::matmul::launch_matmul;
 use crate::operators::kernels::nll_loss::{nll_loss_backward, nll_loss_forward};
 use crate::operators::kernels::norm::launch_norm;
@@ -294,6 +295,17 @@ pub(crate) mod ffi {
         Mean,
         Amax,
         Amin,
+    }
+
+    /// How `_grouped_mm`'s offsets cut its operands (`kernels/grouped_matmul.rs`):
+    /// `Rows`: `a` (m x k) and `out` (m x n) by rows, `b` one k x n matrix per group;
+    /// `Columns`: `b` (k x n) and `out` by columns, `a` one m x k matrix per group;
+    /// `Depth`: `a` by columns and `b` by rows, `out` one m x n matrix per group.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    enum Grouping {
+        Rows,
+        Columns,
+        Depth,
     }
 
     /// A softmax-family kernel (`kernels/softmax.rs`).
@@ -694,6 +706,18 @@ pub(crate) mod ffi {
             b: Matrix,
             alpha: f64,
             beta: f64,
+            device: i64,
+        ) -> Result<()>;
+        fn launch_grouped_matmul(
+            dtype: i8,
+            grouping: Grouping,
+            m: i64,
+            n: i64,
+            k: i64,
+            out: Matrix,
+            a: Matrix,
+            b: Matrix,
+            offsets: Dense,
             device: i64,
         ) -> Result<()>;
 

@@ -1,6 +1,6 @@
 // Matrix products with the `gemm` crate (src/operators/kernels/matmul.rs): mm, addmm, bmm and
 // baddbmm, their shapes and errors from PyTorch's structured meta functions; dot as a 1 x n by
-// n x 1 product.
+// n x 1 product; _grouped_mm (kernels/grouped_matmul.rs), with its offsets read on the stream.
 
 #include "operators/Structured.h"
 
@@ -8,6 +8,7 @@
 #include <ATen/ops/addmm_meta.h>
 #include <ATen/ops/baddbmm.h>
 #include <ATen/ops/baddbmm_meta.h>
+#include <ATen/native/GroupedMMUtils.h>
 #include <ATen/ops/bmm.h>
 #include <ATen/ops/dot.h>
 #include <ATen/ops/empty.h>
@@ -209,6 +210,41 @@ at::Tensor& addmm_out(const at::Tensor& self, const at::Tensor& mat1, const at::
   return out;
 }
 
+// ANCHOR: grouped_mm
+// torch._grouped_mm, a mixture-of-experts layer's products. PyTorch's composite kernel copies
+// the offsets to the host (`offs.cpu()` in ATen/native/GroupedMMUtils.h), which waits for the
+// device once per call, and then multiplies group by group. Here one kernel reads the offsets
+// on the stream. Checks, output shape and strides are ATen's own, so eager and fake tensors
+// agree.
+at::Tensor grouped_mm(const at::Tensor& mat_a, const at::Tensor& mat_b, const std::optional<at::Tensor>& offs,
+                      const std::optional<at::Tensor>& bias, std::optional<c10::ScalarType> out_dtype) {
+  check_devices("wrapper_PrivateUse1___grouped_mm",
+                {{"mat_a", &mat_a}, {"mat_b", &mat_b}, {"offs", offs ? &*offs : nullptr},
+                 {"bias", bias ? &*bias : nullptr}});
+  at::native::_grouped_mm_validate_inputs(mat_a, mat_b, offs, bias, out_dtype);
+  const auto dtype = at::native::_resolve_grouped_mm_out_dtype(mat_a, mat_b, out_dtype);
+  at::Tensor out = at::native::create_grouped_gemm_output_tensor(mat_a, mat_b, offs, dtype);
+  const at::Tensor a = mat_a.resolve_neg(), b = mat_b.resolve_neg();
+  if (!offs.has_value()) {  // both 3-D: a batch of products
+    TORCH_INTERNAL_ASSERT(run_matmul(out, a, b, 1.0, 0.0));
+    return out;
+  }
+  const bool a_2d = a.dim() == 2, b_2d = b.dim() == 2;
+  // ATen checks the contraction sizes unless both are 2-D, where its loop slices each by the
+  // offsets; one kernel needs them equal.
+  TORCH_CHECK(a.size(-1) == b.size(-2), "contraction dimension of mat_a and mat_b must match");
+  const Grouping grouping = a_2d ? (b_2d ? Grouping::Depth : Grouping::Rows) : Grouping::Columns;
+  const int64_t m = a.size(-2), k = a.size(-1), n = b.size(-1);
+  if (out.numel() > 0) {
+    call([&] {
+      launch_grouped_matmul(static_cast<int8_t>(dtype), grouping, m, n, k, matrix(out), matrix(a), matrix(b),
+                            dense(*offs), out.device().index());
+    });
+  }
+  return out;
+}
+// ANCHOR_END: grouped_mm
+
 } // namespace
 
 void register_matmul() {
@@ -226,6 +262,7 @@ void register_matmul() {
     library.impl("baddbmm_", TORCH_FN(baddbmm_));
     library.impl("baddbmm.out", TORCH_FN(baddbmm_out));
     library.impl("dot", TORCH_FN(dot));
+    library.impl("_grouped_mm", TORCH_FN(grouped_mm));
     return true;
   }();
   (void)registered;

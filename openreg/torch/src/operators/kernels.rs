@@ -19,6 +19,7 @@ pub(crate) mod elementwise;
 pub(crate) mod embedding;
 pub(crate) mod factory;
 pub(crate) mod foreach;
+pub(crate) mod grouped_matmul;
 pub(crate) mod histogram;
 pub(crate) mod indexing;
 pub(crate) mod integer;

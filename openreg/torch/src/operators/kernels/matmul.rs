@@ -22,22 +22,27 @@ pub(crate) fn launch_matmul(
     if batch == 0 || m == 0 || n == 0 {
         return Ok(());
     }
-    let checked = |x: &Matrix, rows: usize, cols: usize| -> Result<Matrix> {
-        let last = (batch - 1) as i64 * x.batch_stride + (rows - 1) as i64 * x.row_stride + (cols - 1) as i64 * x.col_stride;
-        Ok(Matrix { data: view(x.data, (last.max(0) as usize + 1) * dt.size(), &[x.storage, x.storage_len])?, ..*x })
-    };
     let work = Matmul {
         dtype: dt, batch, m, n, k,
-        out: checked(&out, m, n)?,
-        a: checked(&a, m, k.max(1))?,
-        b: checked(&b, k.max(1), n)?,
+        out: checked(&out, dt, batch, m, n)?,
+        a: checked(&a, dt, batch, m, k.max(1))?,
+        b: checked(&b, dt, batch, k.max(1), n)?,
         alpha, beta,
     };
     launch(device, m * n * k.max(1) * batch, move || work.run())
 }
 
+/// `x` with its address translated to the runtime's view of `batch` matrices of `rows` x
+/// `cols` elements of `dtype`, checked to lie inside its storage.
+pub(super) fn checked(x: &Matrix, dtype: Dtype, batch: usize, rows: usize, cols: usize) -> Result<Matrix> {
+    let last = (batch.max(1) - 1) as i64 * x.batch_stride + (rows.max(1) - 1) as i64 * x.row_stride
+        + (cols.max(1) - 1) as i64 * x.col_stride;
+    let len = if batch * rows * cols == 0 { 0 } else { (last.max(0) as usize + 1) * dtype.size() };
+    Ok(Matrix { data: view(x.data, len, &[x.storage, x.storage_len])?, ..*x })
+}
+
 /// Below this many multiply-adds, threads cost more than they save.
-const PARALLEL_WORK: usize = 1 << 18;
+pub(super) const PARALLEL_WORK: usize = 1 << 18;
 
 /// Elements of an operand (8 MB of float32) past which it no longer stays in this machine's
 /// caches from one product to the next.
