@@ -148,6 +148,37 @@ fn async_copies_and_device_synchronize() {
 }
 
 #[test]
+fn small_async_copies_on_an_idle_stream_run_at_once_and_in_order_on_a_busy_one() {
+    let s = new_stream(0, 0).unwrap();
+    let (a, b) = (malloc(0, 64).unwrap(), malloc(0, 64).unwrap());
+    let data: Vec<u8> = (0..64).collect();
+    let mut back = vec![0u8; 64];
+    unsafe {
+        memcpy(a, data.as_ptr(), 64, MemcpyKind::HostToDevice).unwrap();
+        // Idle: done when the call returns, with nothing left for the stream.
+        memcpy_async(b, a, 64, MemcpyKind::DeviceToDevice, &s).unwrap();
+        assert!(s.query());
+        let seen = host_view(b, 64).unwrap();
+        assert_eq!(std::slice::from_raw_parts(seen, 64), &data[..]);
+        // Busy: queued behind the running task, which writes `a` before the copy reads it.
+        let addr = a as usize;
+        s.launch(move || {
+            std::thread::sleep(Duration::from_millis(30));
+            let p = host_view(addr as *const u8, 64).unwrap();
+            std::ptr::write_bytes(p, 7, 64);
+        })
+        .unwrap();
+        memcpy_async(b, a, 64, MemcpyKind::DeviceToDevice, &s).unwrap();
+        assert!(!s.query(), "the copy waited for the stream");
+        s.synchronize().unwrap();
+        memcpy(back.as_mut_ptr(), b, 64, MemcpyKind::DeviceToHost).unwrap();
+    }
+    assert_eq!(back, vec![7u8; 64]);
+    free(a).unwrap();
+    free(b).unwrap();
+}
+
+#[test]
 fn sync_memcpy_waits_for_the_current_stream() {
     let s = current_stream(1).unwrap();
     let d = malloc(1, 4).unwrap();
