@@ -423,19 +423,26 @@ fn dot_rows_any<const FMA: bool, const R: usize, const C: usize, const L: usize>
             let y: [_; C] = std::array::from_fn(|c| row::<L>(b, (j + c).min(n - 1) * k + start, len));
             for i in (0..m).step_by(R) {
                 let x: [_; R] = std::array::from_fn(|r| row::<L>(a, (i + r).min(m - 1) * k + start, len));
-                let mut acc = [[[0.0f32; L]; C]; R];
-                for s in 0..x[0].0.len() {
-                    // SAFETY: every row has as many chunks (all are `len` long).
-                    let (x, y): ([&[f32; L]; R], [&[f32; L]; C]) =
-                        unsafe { (std::array::from_fn(|r| x[r].0.get_unchecked(s)), std::array::from_fn(|c| y[c].0.get_unchecked(s))) };
-                    for r in 0..R {
-                        for c in 0..C {
-                            for l in 0..L {
-                                acc[r][c][l] = mul_add::<FMA>(x[r][l], y[c][l], acc[r][c][l]);
+                let acc = if i + R <= m && j + C <= n {
+                    // SAFETY: rows i..i + R of `a` and j..j + C of `b` exist, each `len` long
+                    // from `start`, `k` apart.
+                    unsafe { block::<FMA, R, C, L>(a.as_ptr().add(i * k + start), b.as_ptr().add(j * k + start), k, x[0].0.len()) }
+                } else {
+                    let mut acc = [[[0.0f32; L]; C]; R];
+                    for s in 0..x[0].0.len() {
+                        // SAFETY: every row has as many chunks (all are `len` long).
+                        let (x, y): ([&[f32; L]; R], [&[f32; L]; C]) =
+                            unsafe { (std::array::from_fn(|r| x[r].0.get_unchecked(s)), std::array::from_fn(|c| y[c].0.get_unchecked(s))) };
+                        for r in 0..R {
+                            for c in 0..C {
+                                for l in 0..L {
+                                    acc[r][c][l] = mul_add::<FMA>(x[r][l], y[c][l], acc[r][c][l]);
+                                }
                             }
                         }
                     }
-                }
+                    acc
+                };
                 // Keeps the sums one register each (inside a large function the compiler
                 // otherwise re-packs them as narrower vectors).
                 let acc = std::hint::black_box(acc);
@@ -448,6 +455,38 @@ fn dot_rows_any<const FMA: bool, const R: usize, const C: usize, const L: usize>
             }
         }
     }
+}
+
+/// The R x C sums of `steps` chunks of L lanes over rows `stride` floats apart, from `x` and
+/// `y`: one base pointer per operand and the rows at fixed distances from it, which leaves
+/// the compiler registers for all the sums (a pointer per row did not: it recomputed them
+/// inside the loop).
+///
+/// # Safety
+/// `R` rows from `x` and `C` from `y`, `stride` apart, each hold `steps * L` floats.
+#[inline(always)]
+unsafe fn block<const FMA: bool, const R: usize, const C: usize, const L: usize>(
+    x: *const f32, y: *const f32, stride: usize, steps: usize,
+) -> [[[f32; L]; C]; R] {
+    use super::math::mul_add;
+    let mut acc = [[[0.0f32; L]; C]; R];
+    for s in 0..steps {
+        // SAFETY: the caller's promise.
+        let (xv, yv): ([[f32; L]; R], [[f32; L]; C]) = unsafe {
+            (
+                std::array::from_fn(|r| x.add(r * stride + s * L).cast::<[f32; L]>().read_unaligned()),
+                std::array::from_fn(|c| y.add(c * stride + s * L).cast::<[f32; L]>().read_unaligned()),
+            )
+        };
+        for r in 0..R {
+            for c in 0..C {
+                for l in 0..L {
+                    acc[r][c][l] = mul_add::<FMA>(xv[r][l], yv[c][l], acc[r][c][l]);
+                }
+            }
+        }
+    }
+    acc
 }
 
 /// The lanes of `v` added pairwise: halves, then quarters, ...
