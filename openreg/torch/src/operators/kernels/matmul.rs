@@ -406,49 +406,42 @@ unsafe fn dot_rows_avx2(a: &[f32], b: &[f32], k: usize, dst: &mut [f32]) {
 fn dot_rows_any<const FMA: bool, const R: usize, const C: usize, const L: usize>(
     a: &[f32], b: &[f32], k: usize, dst: &mut [f32],
 ) {
-    use super::math::mul_add;
     let (m, n) = (a.len() / k.max(1), b.len() / k.max(1));
     assert!(k > 0 && a.len() == m * k && b.len() == n * k && dst.len() == m * n);
-    fn row<const L: usize>(v: &[f32], at: usize, len: usize) -> (&[[f32; L]], &[f32]) {
-        v[at..][..len].as_chunks::<L>()
-    }
     // The rows of `b` of one block stay in L1 while `a`'s rows stream past them from L2; very
     // long rows are taken a stretch at a time, so that the stretch of `a` fits in L2.
     const STRETCH: usize = 2048;
     for start in (0..k).step_by(STRETCH) {
         let len = STRETCH.min(k - start);
+        let steps = len / L;
+        // The rows of a block at the edge, copied out and padded to a whole block by repeating
+        // the last row (whose sums are dropped): every block then reads its rows a fixed
+        // distance apart, with one shape of loop for all.
+        let edge = |v: &[f32], rows: usize, block: usize| -> Vec<f32> {
+            let first = rows / block * block;
+            if first == rows {
+                return Vec::new();
+            }
+            (0..block).flat_map(|r| v[(first + r).min(rows - 1) * k + start..][..len].iter().copied()).collect()
+        };
+        let (a_edge, b_edge) = (edge(a, m, R), edge(b, n, C));
         for j in (0..n).step_by(C) {
-            // A block at the edge repeats the last row and drops its sums: one shape of block
-            // (one register allocation) for all.
-            let y: [_; C] = std::array::from_fn(|c| row::<L>(b, (j + c).min(n - 1) * k + start, len));
+            let (y, y_stride) = if j + C <= n { (b[j * k + start..].as_ptr(), k) } else { (b_edge.as_ptr(), len) };
             for i in (0..m).step_by(R) {
-                let x: [_; R] = std::array::from_fn(|r| row::<L>(a, (i + r).min(m - 1) * k + start, len));
-                let acc = if i + R <= m && j + C <= n {
-                    // SAFETY: rows i..i + R of `a` and j..j + C of `b` exist, each `len` long
-                    // from `start`, `k` apart.
-                    unsafe { block::<FMA, R, C, L>(a.as_ptr().add(i * k + start), b.as_ptr().add(j * k + start), k, x[0].0.len()) }
-                } else {
-                    let mut acc = [[[0.0f32; L]; C]; R];
-                    for s in 0..x[0].0.len() {
-                        // SAFETY: every row has as many chunks (all are `len` long).
-                        let (x, y): ([&[f32; L]; R], [&[f32; L]; C]) =
-                            unsafe { (std::array::from_fn(|r| x[r].0.get_unchecked(s)), std::array::from_fn(|c| y[c].0.get_unchecked(s))) };
-                        for r in 0..R {
-                            for c in 0..C {
-                                for l in 0..L {
-                                    acc[r][c][l] = mul_add::<FMA>(x[r][l], y[c][l], acc[r][c][l]);
-                                }
-                            }
-                        }
-                    }
-                    acc
-                };
+                let (x, x_stride) = if i + R <= m { (a[i * k + start..].as_ptr(), k) } else { (a_edge.as_ptr(), len) };
+                // SAFETY: R rows from `x` and C from `y`, their strides apart, each `len` long
+                // (of `a` and `b`, or of the padded copies).
+                let acc = unsafe { block::<FMA, R, C, L>(x, x_stride, y, y_stride, steps) };
                 // Keeps the sums one register each (inside a large function the compiler
                 // otherwise re-packs them as narrower vectors).
                 let acc = std::hint::black_box(acc);
                 for r in 0..R.min(m - i) {
                     for c in 0..C.min(n - j) {
-                        let tail: f32 = x[r].1.iter().zip(y[c].1).map(|(x, y)| x * y).sum();
+                        // SAFETY: as above; the tail is the rest of each row's `len` floats.
+                        let tail: f32 = unsafe {
+                            let (xr, yr) = (x.add(r * x_stride + steps * L), y.add(c * y_stride + steps * L));
+                            (0..len - steps * L).map(|t| *xr.add(t) * *yr.add(t)).sum()
+                        };
                         dst[(i + r) * n + j + c] += lanes_sum(&acc[r][c]) + tail;
                     }
                 }
@@ -457,16 +450,17 @@ fn dot_rows_any<const FMA: bool, const R: usize, const C: usize, const L: usize>
     }
 }
 
-/// The R x C sums of `steps` chunks of L lanes over rows `stride` floats apart, from `x` and
-/// `y`: one base pointer per operand and the rows at fixed distances from it, which leaves
-/// the compiler registers for all the sums (a pointer per row did not: it recomputed them
-/// inside the loop).
+/// The R x C sums of `steps` chunks of L lanes over R rows from `x` and C rows from `y`, each
+/// operand's rows a fixed distance apart: one base pointer per operand, which leaves the
+/// compiler registers for all the sums (a pointer per row did not: it recomputed them inside
+/// the loop).
 ///
 /// # Safety
-/// `R` rows from `x` and `C` from `y`, `stride` apart, each hold `steps * L` floats.
+/// `R` rows from `x`, `x_stride` apart, and `C` from `y`, `y_stride` apart, each hold
+/// `steps * L` floats.
 #[inline(always)]
 unsafe fn block<const FMA: bool, const R: usize, const C: usize, const L: usize>(
-    x: *const f32, y: *const f32, stride: usize, steps: usize,
+    x: *const f32, x_stride: usize, y: *const f32, y_stride: usize, steps: usize,
 ) -> [[[f32; L]; C]; R] {
     use super::math::mul_add;
     let mut acc = [[[0.0f32; L]; C]; R];
@@ -474,8 +468,8 @@ unsafe fn block<const FMA: bool, const R: usize, const C: usize, const L: usize>
         // SAFETY: the caller's promise.
         let (xv, yv): ([[f32; L]; R], [[f32; L]; C]) = unsafe {
             (
-                std::array::from_fn(|r| x.add(r * stride + s * L).cast::<[f32; L]>().read_unaligned()),
-                std::array::from_fn(|c| y.add(c * stride + s * L).cast::<[f32; L]>().read_unaligned()),
+                std::array::from_fn(|r| x.add(r * x_stride + s * L).cast::<[f32; L]>().read_unaligned()),
+                std::array::from_fn(|c| y.add(c * y_stride + s * L).cast::<[f32; L]>().read_unaligned()),
             )
         };
         for r in 0..R {
