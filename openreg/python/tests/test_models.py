@@ -82,6 +82,12 @@ CONVOLUTIONS = [
     (F.conv2d, (2, 128, 1, 1), (128, 128, 3, 3), None, dict(padding=1)),  # one output position
     (F.conv2d, (1, 32, 22, 24), (32, 32, 3, 3), None, dict(padding=2)),  # its input gradient: padding 0
     (F.conv2d, (1, 33, 23, 25), (35, 33, 3, 3), (35,), dict(padding=1)),  # one sample over the threads, uneven shares
+    # planes under 64 positions (a network's last stages): samples side by side in one
+    # product, a single sample included; few columns: the weight's rows read in place, split
+    # over the threads; more samples than one product takes: several, summed per group
+    (F.conv2d, (1, 64, 2, 2), (128, 64, 3, 3), (128,), dict(padding=1)),
+    (F.conv2d, (1, 128, 2, 2), (64, 128, 1, 1), None, {}),
+    (F.conv2d, (70, 8, 2, 2), (8, 4, 3, 3), (8,), dict(padding=1, groups=2)),
     (F.conv1d, (2, 3, 10), (5, 3, 3), (5,), dict(stride=2)),
     (F.conv1d, (2, 4, 11), (4, 2, 4), None, dict(groups=2, padding="same", dilation=2)),
     (F.conv3d, (2, 2, 5, 6, 4), (3, 2, 3, 2, 2), (3,), dict(padding=1, stride=(1, 2, 1))),

@@ -12,7 +12,7 @@ use std::sync::Mutex;
 use openreg_runtime as rt;
 
 use super::dtype::Dtype;
-use super::matmul::{View, dot_rows, gemm_f32, prefer_dot_rows};
+use super::matmul::{PARALLEL_WORK, View, dot_rows, dot_rows_split, few_rows_against_many, gemm_f32, prefer_dot_rows};
 use super::thread_pool;
 use super::{launch, dense};
 use crate::error::{Failure, Result};
@@ -434,6 +434,21 @@ fn keep(buffer: Vec<f32>) {
     }
 }
 
+/// Puts sample `k`'s `[rows, positions]` block at columns `k * positions..` of `wide`, a
+/// `[rows, width]` matrix of samples side by side.
+fn place(wide: &mut [f32], width: usize, k: usize, block: &[f32], positions: usize) {
+    for (r, row) in block.chunks_exact(positions).enumerate() {
+        wide[r * width + k * positions..][..positions].copy_from_slice(row);
+    }
+}
+
+/// Sample `k`'s block of `wide` (see [`place`]), copied out.
+fn take(wide: &[f32], width: usize, k: usize, block: &mut [f32], positions: usize) {
+    for (r, row) in block.chunks_exact_mut(positions).enumerate() {
+        row.copy_from_slice(&wide[r * width + k * positions..][..positions]);
+    }
+}
+
 unsafe fn slice<'a>(at: usize, first: usize, len: usize) -> &'a mut [f32] {
     unsafe { std::slice::from_raw_parts_mut((at as *mut f32).add(first), len) }
 }
@@ -455,6 +470,7 @@ impl Convolution {
             return unsafe { self.run_side_by_side() };
         }
         match self.op {
+            Conv::BackwardWeight if self.weight_gradient_in_one_product() => self.weight_gradient_side_by_side(),
             Conv::BackwardWeight => self.weight_gradient(parts),
             _ => thread_pool::run(parts, |p| {
                 let mut columns = Vec::new();
@@ -603,10 +619,11 @@ impl Convolution {
     /// Planes of few positions (a network's last stages): a chunk of samples' columns side by
     /// side in one product. A product per sample has a handful of columns, and each reads the
     /// whole weight again: ResNet's 512-channel 2x2 planes at batch 4 were four products of
-    /// [512, 4608] @ [4608, 4], each bound by reading 9 MB of weight.
+    /// [512, 4608] @ [4608, 4], each bound by reading 9 MB of weight. A single sample takes this
+    /// path too, for the way its products read the weight: along its rows.
     fn samples_side_by_side(&self) -> bool {
         let g = &self.geometry;
-        matches!(self.op, Conv::Forward | Conv::BackwardInput) && g.batch > 1 && g.positions() < 64
+        matches!(self.op, Conv::Forward | Conv::BackwardInput) && g.positions() < 64
     }
 
     /// The forward pass or the input gradient, [`Self::samples_side_by_side`]: per group and
@@ -617,7 +634,7 @@ impl Convolution {
         let (rows, positions, pixels) = (g.rows(), g.positions(), g.pixels());
         let (cin, cout) = (g.in_channels, g.out_channels);
         let chunk = (256 / positions).clamp(1, g.batch); // about 256 columns per product
-        let (mut columns, mut one, mut product) = (Vec::new(), vec![0.0f32; rows * positions], Vec::new());
+        let (mut columns, mut one, mut product, mut across) = (Vec::new(), vec![0.0f32; rows * positions], Vec::new(), Vec::new());
         for group in 0..g.groups {
             let weight = View { ptr: self.weight + group * cout * rows * 4, rs: rows as isize, cs: 1 };
             for first in (0..g.batch).step_by(chunk) {
@@ -625,33 +642,35 @@ impl Convolution {
                 let width = samples.len() * positions;
                 columns.resize(rows * width, 0.0);
                 product.resize(cout * width, 0.0);
-                // Sample n's [r, positions] block sits at columns [r, k * positions..].
-                let place = |wide: &mut [f32], height: usize, k: usize, block: &[f32]| {
-                    for r in 0..height {
-                        wide[r * width + k * positions..][..positions].copy_from_slice(&block[r * positions..][..positions]);
-                    }
-                };
-                let take = |wide: &[f32], height: usize, k: usize, block: &mut [f32]| {
-                    for r in 0..height {
-                        block[r * positions..][..positions].copy_from_slice(&wide[r * width + k * positions..][..positions]);
-                    }
-                };
                 unsafe {
                     if self.op == Conv::Forward {
                         for (k, n) in samples.clone().enumerate() {
                             let input = slice(self.input, (n * g.groups + group) * cin * pixels, cin * pixels);
                             if g.pointwise() {
-                                place(&mut columns, rows, k, input);
+                                place(&mut columns, width, k, input, positions);
                             } else {
                                 im2col(&g, input, &mut one);
-                                place(&mut columns, rows, k, &one);
+                                place(&mut columns, width, k, &one, positions);
                             }
                         }
-                        gemm_f32(cout, width, rows, View { ptr: product.as_mut_ptr() as usize, rs: width as isize, cs: 1 }, false,
-                                 weight, View { ptr: columns.as_ptr() as usize, rs: width as isize, cs: 1 });
+                        if few_rows_against_many(cout, width, rows) {
+                            // A handful of columns: gemm would repack the whole weight for them.
+                            // Each column's values laid along a row instead, and the weight's rows
+                            // read where they are.
+                            across.resize(width * rows, 0.0);
+                            for (r, values) in columns.chunks_exact(width).enumerate() {
+                                for (c, &v) in values.iter().enumerate() {
+                                    across[c * rows + r] = v;
+                                }
+                            }
+                            dot_rows_split(slice(self.weight, group * cout * rows, cout * rows), &across, rows, &mut product);
+                        } else {
+                            gemm_f32(cout, width, rows, View { ptr: product.as_mut_ptr() as usize, rs: width as isize, cs: 1 }, false,
+                                     weight, View { ptr: columns.as_ptr() as usize, rs: width as isize, cs: 1 });
+                        }
                         for (k, n) in samples.enumerate() {
                             let out = slice(self.output, (n * g.groups + group) * cout * positions, cout * positions);
-                            take(&product, cout, k, out);
+                            take(&product, width, k, out, positions);
                             if self.bias != 0 {
                                 let bias = slice(self.bias, group * cout, cout);
                                 for (row, &b) in out.chunks_exact_mut(positions).zip(bias.iter()) {
@@ -660,20 +679,31 @@ impl Convolution {
                             }
                         }
                     } else {
+                        // gradientᵀ [width, cout]: sample k's position p is row k * positions + p.
                         for (k, n) in samples.clone().enumerate() {
-                            place(&mut product, cout, k, slice(self.output, (n * g.groups + group) * cout * positions, cout * positions));
+                            let output = slice(self.output, (n * g.groups + group) * cout * positions, cout * positions);
+                            for (o, row) in output.chunks_exact(positions).enumerate() {
+                                for (p, &v) in row.iter().enumerate() {
+                                    product[(k * positions + p) * cout + o] = v;
+                                }
+                            }
                         }
-                        // columnsᵀ [width, rows] = gradientᵀ [width, cout] @ weight [cout, rows]: the
-                        // weight read along its rows, where weightᵀ @ gradient read it down its
-                        // columns (2.6x slower for 512 x 4608).
-                        gemm_f32(width, rows, cout, View { ptr: columns.as_mut_ptr() as usize, rs: 1, cs: width as isize }, false,
-                                 View { ptr: product.as_ptr() as usize, rs: 1, cs: width as isize }, weight);
+                        // columnsᵀ [width, rows] = gradientᵀ [width, cout] @ weight [cout, rows], all
+                        // three row-major: the weight read along its rows (weightᵀ @ gradient read it
+                        // down its columns, 2.6x slower for 512 x 4608), and no operand or result
+                        // strided the way gemm is slowest at (a column-major result: 2x).
+                        across.resize(width * rows, 0.0);
+                        gemm_f32(width, rows, cout, View { ptr: across.as_mut_ptr() as usize, rs: rows as isize, cs: 1 }, false,
+                                 View { ptr: product.as_ptr() as usize, rs: cout as isize, cs: 1 }, weight);
                         for (k, n) in samples.enumerate() {
                             let input = slice(self.input, (n * g.groups + group) * cin * pixels, cin * pixels);
-                            if g.pointwise() {
-                                take(&columns, rows, k, input);
-                            } else {
-                                take(&columns, rows, k, &mut one);
+                            let block: &mut [f32] = if g.pointwise() { input } else { &mut one };
+                            for (r, row) in block.chunks_exact_mut(positions).enumerate() {
+                                for (p, v) in row.iter_mut().enumerate() {
+                                    *v = across[(k * positions + p) * rows + r];
+                                }
+                            }
+                            if !g.pointwise() {
                                 input.fill(0.0);
                                 col2im(&g, &one, input);
                             }
@@ -726,52 +756,124 @@ impl Convolution {
         }
     }
 
-    /// weight gradient = Σ over samples of output @ columnsᵀ: each part sums its samples into
-    /// its own matrix, and the parts are added at the end.
+    /// weight gradient = Σ over samples of output @ columnsᵀ. One part sums into the weight
+    /// itself; several each sum their samples into a matrix of their own, added at the end.
     fn weight_gradient(&self, parts: usize) {
         let g = self.geometry;
-        let (rows, positions, pixels) = (g.rows(), g.positions(), g.pixels());
-        let (cin, cout) = (g.in_channels, g.out_channels);
-        let size = g.groups * cout * rows;
-        let sums: Vec<std::sync::Mutex<Vec<f32>>> = (0..parts).map(|_| Default::default()).collect();
-        thread_pool::run(parts, |p| {
-            let (mut columns, mut sum) = (Vec::new(), vec![0.0f32; size]);
-            for n in thread_pool::share(p, parts, g.batch) {
-                for group in 0..g.groups {
-                    // SAFETY: as in `sample`; only read here.
-                    let input = unsafe { slice(self.input, (n * g.groups + group) * cin * pixels, cin * pixels) };
-                    let cols: &[f32] = if g.pointwise() {
-                        input
-                    } else {
-                        columns.resize(rows * positions, 0.0);
-                        im2col(&g, input, &mut columns);
-                        &columns
-                    };
-                    // SAFETY: as for the input.
-                    let output = unsafe { slice(self.output, (n * g.groups + group) * cout * positions, cout * positions) };
-                    let dst = &mut sum[group * cout * rows..][..cout * rows];
-                    // dst [cout, rows] += output [cout, positions] @ colsᵀ [positions, rows]
-                    if prefer_dot_rows(cout, rows, positions) {
-                        dot_rows(output, cols, positions, dst);
-                    } else {
-                        // SAFETY: three distinct buffers of these sizes.
-                        unsafe {
-                            gemm_f32(cout, rows, positions, View { ptr: dst.as_mut_ptr() as usize, rs: rows as isize, cs: 1 }, true,
-                                     View { ptr: output.as_ptr() as usize, rs: positions as isize, cs: 1 },
-                                     View { ptr: cols.as_ptr() as usize, rs: 1, cs: positions as isize })
-                        };
-                    }
-                }
-            }
-            *sums[p].lock().unwrap_or_else(|e| e.into_inner()) = sum;
-        });
+        let size = g.groups * g.out_channels * g.rows();
         // SAFETY: the weight tensor holds `size` elements (checked at launch).
         let weight = unsafe { slice(self.weight, 0, size) };
         weight.fill(0.0);
+        if parts == 1 {
+            return self.sum_weight_gradient(0..g.batch, weight);
+        }
+        let sums: Vec<std::sync::Mutex<Vec<f32>>> = (0..parts).map(|_| Default::default()).collect();
+        thread_pool::run(parts, |p| {
+            // A kept buffer: a new one's pages are mapped again on each call (9 MB for
+            // 512 x 512 x 3 x 3), which cost more than the sums.
+            let mut sum = scratch(size);
+            sum[..size].fill(0.0);
+            self.sum_weight_gradient(thread_pool::share(p, parts, g.batch), &mut sum[..size]);
+            *sums[p].lock().unwrap_or_else(|e| e.into_inner()) = sum;
+        });
         for sum in sums {
             let sum = sum.into_inner().unwrap_or_else(|e| e.into_inner());
-            for (w, s) in weight.iter_mut().zip(sum) {
+            for (w, s) in weight.iter_mut().zip(&sum) {
                 *w += s;
+            }
+            keep(sum);
+        }
+    }
+
+    /// Whether [`Self::weight_gradient_side_by_side`] pays: planes of few positions, and a
+    /// product large enough for gemm to split it over the threads itself (the samples are not:
+    /// a depthwise convolution's products, one tiny one per channel, stay a sample per thread).
+    fn weight_gradient_in_one_product(&self) -> bool {
+        let g = &self.geometry;
+        let width = (256 / g.positions().max(1)).clamp(1, g.batch.max(1)) * g.positions();
+        let (cout, rows) = (g.out_channels, g.rows());
+        g.positions() < 64 && !prefer_dot_rows(cout, rows, width) && cout * rows * width >= PARALLEL_WORK
+    }
+
+    /// The weight gradient on planes of few positions: per group and chunk of samples, one
+    /// product over all their positions, `[cout, width] @ [width, rows]`, which writes the
+    /// weight once per chunk, where a product per sample (a handful of positions each) read and
+    /// wrote all of it once per sample (9 MB for 512 x 512 x 3 x 3).
+    fn weight_gradient_side_by_side(&self) {
+        let g = self.geometry;
+        let (rows, positions, pixels) = (g.rows(), g.positions(), g.pixels());
+        let (cin, cout) = (g.in_channels, g.out_channels);
+        let chunk = (256 / positions).clamp(1, g.batch.max(1));
+        // SAFETY: the weight tensor holds `groups * cout * rows` elements (checked at launch).
+        let weight = unsafe { slice(self.weight, 0, g.groups * cout * rows) };
+        if g.batch == 0 {
+            return weight.fill(0.0);
+        }
+        let (mut columns, mut one, mut gradient) = (Vec::new(), vec![0.0f32; rows * positions], Vec::new());
+        for group in 0..g.groups {
+            let dst = &mut weight[group * cout * rows..][..cout * rows];
+            for first in (0..g.batch).step_by(chunk) {
+                let samples = first..g.batch.min(first + chunk);
+                let width = samples.len() * positions;
+                columns.resize(rows * width, 0.0);
+                gradient.resize(cout * width, 0.0);
+                for (k, n) in samples.enumerate() {
+                    let sample = n * g.groups + group;
+                    // SAFETY: the launch checked both operands' sizes; only read here.
+                    let (input, output) = unsafe {
+                        (slice(self.input, sample * cin * pixels, cin * pixels), slice(self.output, sample * cout * positions, cout * positions))
+                    };
+                    if g.pointwise() {
+                        place(&mut columns, width, k, input, positions);
+                    } else {
+                        im2col(&g, input, &mut one);
+                        place(&mut columns, width, k, &one, positions);
+                    }
+                    place(&mut gradient, width, k, output, positions);
+                }
+                // dst [cout, rows] = (dst +) gradient [cout, width] @ columnsᵀ [width, rows]; the
+                // first chunk writes the weight without reading it (9 MB not read for 512 x 512 x 3 x 3).
+                // SAFETY: three distinct buffers of these sizes.
+                unsafe {
+                    gemm_f32(cout, rows, width, View { ptr: dst.as_mut_ptr() as usize, rs: rows as isize, cs: 1 }, first > 0,
+                             View { ptr: gradient.as_ptr() as usize, rs: width as isize, cs: 1 },
+                             View { ptr: columns.as_ptr() as usize, rs: 1, cs: width as isize })
+                };
+            }
+        }
+    }
+
+    /// Adds samples `samples`' weight gradients to `sum` [groups, cout, rows].
+    fn sum_weight_gradient(&self, samples: Range<usize>, sum: &mut [f32]) {
+        let g = self.geometry;
+        let (rows, positions, pixels) = (g.rows(), g.positions(), g.pixels());
+        let (cin, cout) = (g.in_channels, g.out_channels);
+        let mut columns = Vec::new();
+        for n in samples {
+            for group in 0..g.groups {
+                // SAFETY: as in `sample`; only read here.
+                let input = unsafe { slice(self.input, (n * g.groups + group) * cin * pixels, cin * pixels) };
+                let cols: &[f32] = if g.pointwise() {
+                    input
+                } else {
+                    columns.resize(rows * positions, 0.0);
+                    im2col(&g, input, &mut columns);
+                    &columns
+                };
+                // SAFETY: as for the input.
+                let output = unsafe { slice(self.output, (n * g.groups + group) * cout * positions, cout * positions) };
+                let dst = &mut sum[group * cout * rows..][..cout * rows];
+                // dst [cout, rows] += output [cout, positions] @ colsᵀ [positions, rows]
+                if prefer_dot_rows(cout, rows, positions) {
+                    dot_rows(output, cols, positions, dst);
+                } else {
+                    // SAFETY: three distinct buffers of these sizes.
+                    unsafe {
+                        gemm_f32(cout, rows, positions, View { ptr: dst.as_mut_ptr() as usize, rs: rows as isize, cs: 1 }, true,
+                                 View { ptr: output.as_ptr() as usize, rs: positions as isize, cs: 1 },
+                                 View { ptr: cols.as_ptr() as usize, rs: 1, cs: positions as isize })
+                    };
+                }
             }
         }
     }

@@ -3,6 +3,9 @@
 //! product added to an output (addmm): gemm's float16 kernel rounds the product to float16
 //! before it adds, where CPU rounds once.
 
+use std::ops::Range;
+use std::sync::Mutex;
+
 use gemm_common::Parallelism;
 use half::{bf16, f16};
 
@@ -171,16 +174,13 @@ impl Matmul {
     /// win, unless `w` is too large for the caches, where reading it once is what counts.
     fn is_rows_times_rows(&self) -> bool {
         let k = self.k as i64;
-        let (short, long) = (self.m.min(self.n), self.m.max(self.n));
         self.dtype == Dtype::Float
             && self.k > 0
             && self.a.col_stride == 1
             && (self.m == 1 || self.a.row_stride == k) // a single row's stride is any
             && self.b.row_stride == 1
             && (self.n == 1 || self.b.col_stride == k)
-            // One row: gemm's own matrix-vector path.
-            && ((2..=16).contains(&short) || ((17..=48).contains(&short) && long * self.k >= LARGE_OPERAND))
-            && prefer_dot_rows(self.m, self.n, self.k)
+            && few_rows_against_many(self.m, self.n, self.k)
     }
 
     /// [`Self::run`] by [`dot_rows`]: the longer side's rows are split over the kernel threads,
@@ -386,6 +386,45 @@ pub(super) fn dot_rows(a: &[f32], b: &[f32], k: usize, dst: &mut [f32]) {
 /// over 1024 3.1x faster, 32 x 144 over 256 1.4x; 128 x 1152 over 256 1.2x slower).
 pub(super) fn prefer_dot_rows(m: usize, n: usize, k: usize) -> bool {
     k >= 8 * m.min(n)
+}
+
+/// Whether `m x n` sums over `k` with few rows on one side are [`dot_rows`]'s: 2 to 16 rows, or
+/// 17 to 48 when the other operand is too large for the caches (reading it once is what counts).
+/// One row keeps gemm's own matrix-vector path.
+pub(super) fn few_rows_against_many(m: usize, n: usize, k: usize) -> bool {
+    let (short, long) = (m.min(n), m.max(n));
+    ((2..=16).contains(&short) || ((17..=48).contains(&short) && long * k >= LARGE_OPERAND)) && prefer_dot_rows(m, n, k)
+}
+
+/// `dst = a @ bᵀ` by [`dot_rows`] for `a` the long operand (as a convolution's weight against
+/// the few columns of a small plane): `a`'s rows are split over the kernel threads, and each
+/// part computes `b @ a_partᵀ`, which streams its rows of `a` past all of `b` once (`a @ bᵀ`
+/// would read them once per block of `b`'s rows), then writes its rows of `dst` transposed.
+pub(super) fn dot_rows_split(a: &[f32], b: &[f32], k: usize, dst: &mut [f32]) {
+    let (m, n) = (a.len() / k.max(1), b.len() / k.max(1));
+    if m == 0 || n == 0 || k == 0 {
+        return dst.fill(0.0);
+    }
+    let parts = if m * n * k >= PARALLEL_WORK { super::thread_pool::threads().min(m / 16).max(1) } else { 1 };
+    let rows: Vec<Range<usize>> = (0..parts).map(|p| super::thread_pool::share(p, parts, m)).collect();
+    let mut rest = dst;
+    let mut outputs = Vec::with_capacity(parts);
+    for r in &rows {
+        let (mine, others) = rest.split_at_mut(r.len() * n);
+        outputs.push(Mutex::new(mine));
+        rest = others;
+    }
+    super::thread_pool::run(parts, |p| {
+        let (first, count) = (rows[p].start, rows[p].len());
+        let mut sums = vec![0.0f32; n * count];
+        dot_rows(b, &a[first * k..(first + count) * k], k, &mut sums);
+        let mut out = outputs[p].lock().unwrap_or_else(|e| e.into_inner());
+        for (r, row) in out.chunks_exact_mut(n).enumerate() {
+            for (c, v) in row.iter_mut().enumerate() {
+                *v = sums[c * count + r];
+            }
+        }
+    });
 }
 
 // Blocks of R x C sums of L lanes: R * C registers of sums (16 of AVX-512's 32; 12 of AVX2's 16)
