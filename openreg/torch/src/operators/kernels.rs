@@ -13,6 +13,7 @@ pub(crate) mod conv;
 pub(crate) mod convert;
 pub(crate) mod ctc;
 pub(crate) mod deform_conv;
+pub(crate) mod depthwise_conv;
 pub(crate) mod dropout;
 pub(crate) mod dtype;
 pub(crate) mod elementwise;

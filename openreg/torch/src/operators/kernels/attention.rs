@@ -7,6 +7,7 @@
 use openreg_runtime as rt;
 
 use super::dtype::{self, Dtype, write};
+use super::math::dot;
 use super::thread_pool;
 use super::{launch, view};
 use crate::error::{Failure, Result};
@@ -90,19 +91,6 @@ pub(crate) struct Attention {
     pub slots: Vec<Slot>,
     /// A boolean mask (false: masked out) or an additive bias, at `shape.mask_strides`.
     pub mask: Option<Slot>,
-}
-
-fn dot(a: &[f32], b: &[f32]) -> f32 {
-    // Eight partial sums: the compiler keeps them in one vector register.
-    let mut acc = [0f32; 8];
-    let (ac, ar) = a.as_chunks::<8>();
-    let (bc, br) = b.as_chunks::<8>();
-    for (x, y) in ac.iter().zip(bc) {
-        for k in 0..8 {
-            acc[k] += x[k] * y[k];
-        }
-    }
-    acc.iter().sum::<f32>() + ar.iter().zip(br).map(|(x, y)| x * y).sum::<f32>()
 }
 
 fn axpy(alpha: f32, x: &[f32], y: &mut [f32]) {

@@ -13,7 +13,7 @@ use openreg_runtime as rt;
 
 use super::dtype::Dtype;
 use super::matmul::{PARALLEL_WORK, View, dot_rows, dot_rows_split, few_rows_against_many, gemm_f32, prefer_dot_rows};
-use super::thread_pool;
+use super::{depthwise_conv, thread_pool};
 use super::{launch, dense};
 use crate::error::{Failure, Result};
 use crate::ffi::ffi::{Conv, ConvShape, Dense};
@@ -459,6 +459,10 @@ impl Convolution {
         // Enough samples: one per thread, each with its own column matrix. Fewer: one at a
         // time, each product split over the threads (a nested thread_pool::run runs alone).
         let parts = if g.batch >= thread_pool::threads() { thread_pool::threads() } else { 1 };
+        if depthwise_conv::applies(&g) {
+            // SAFETY: the launch checked every operand's size against the geometry.
+            return unsafe { depthwise_conv::run(self) };
+        }
         if self.winograd() {
             return self.winograd_forward(parts);
         }

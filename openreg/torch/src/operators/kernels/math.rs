@@ -273,3 +273,17 @@ fn libm_erf(x: f64) -> f64 {
     };
     r.copysign(x)
 }
+
+/// `a · b`, in eight partial sums (the compiler keeps them in one vector register; a single
+/// running sum would be a chain of dependent adds).
+pub(crate) fn dot(a: &[f32], b: &[f32]) -> f32 {
+    let mut acc = [0f32; 8];
+    let (ac, ar) = a.as_chunks::<8>();
+    let (bc, br) = b.as_chunks::<8>();
+    for (x, y) in ac.iter().zip(bc) {
+        for k in 0..8 {
+            acc[k] += x[k] * y[k];
+        }
+    }
+    acc.iter().sum::<f32>() + ar.iter().zip(br).map(|(x, y)| x * y).sum::<f32>()
+}
