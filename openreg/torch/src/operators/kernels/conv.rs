@@ -434,19 +434,29 @@ fn keep(buffer: Vec<f32>) {
     }
 }
 
-/// Puts sample `k`'s `[rows, positions]` block at columns `k * positions..` of `wide`, a
-/// `[rows, width]` matrix of samples side by side.
-fn place(wide: &mut [f32], width: usize, k: usize, block: &[f32], positions: usize) {
+/// Puts sample `k`'s `[rows, positions]` block at columns `k * positions..` of the
+/// `[rows, width]` matrix at address `wide`, samples side by side.
+///
+/// # Safety
+/// `wide` holds `rows * width` floats, and nothing else touches those columns meanwhile.
+unsafe fn place(wide: usize, width: usize, k: usize, block: &[f32], positions: usize) {
     for (r, row) in block.chunks_exact(positions).enumerate() {
-        wide[r * width + k * positions..][..positions].copy_from_slice(row);
+        // SAFETY: the caller's promise.
+        unsafe { std::ptr::copy_nonoverlapping(row.as_ptr(), (wide as *mut f32).add(r * width + k * positions), positions) };
     }
 }
 
-/// Sample `k`'s block of `wide` (see [`place`]), copied out.
-fn take(wide: &[f32], width: usize, k: usize, block: &mut [f32], positions: usize) {
-    for (r, row) in block.chunks_exact_mut(positions).enumerate() {
-        row.copy_from_slice(&wide[r * width + k * positions..][..positions]);
-    }
+/// Runs `each(k, scratch)` for samples `0..count` of a chunk, spread over the kernel threads,
+/// each thread with a scratch buffer of `len` floats (a kept one: see [`scratch`]).
+fn per_sample(count: usize, len: usize, each: impl Fn(usize, &mut [f32]) + Sync) {
+    let parts = thread_pool::threads().min(count).max(1);
+    thread_pool::run(parts, |p| {
+        let mut buffer = scratch(len);
+        for k in thread_pool::share(p, parts, count) {
+            each(k, &mut buffer[..len]);
+        }
+        keep(buffer);
+    });
 }
 
 unsafe fn slice<'a>(at: usize, first: usize, len: usize) -> &'a mut [f32] {
@@ -638,25 +648,31 @@ impl Convolution {
         let (rows, positions, pixels) = (g.rows(), g.positions(), g.pixels());
         let (cin, cout) = (g.in_channels, g.out_channels);
         let chunk = (256 / positions).clamp(1, g.batch); // about 256 columns per product
-        let (mut columns, mut one, mut product, mut across) = (Vec::new(), vec![0.0f32; rows * positions], Vec::new(), Vec::new());
+        let (mut columns, mut product, mut across) = (Vec::new(), Vec::new(), Vec::new());
         for group in 0..g.groups {
             let weight = View { ptr: self.weight + group * cout * rows * 4, rs: rows as isize, cs: 1 };
             for first in (0..g.batch).step_by(chunk) {
-                let samples = first..g.batch.min(first + chunk);
-                let width = samples.len() * positions;
+                let count = chunk.min(g.batch - first);
+                let width = count * positions;
                 columns.resize(rows * width, 0.0);
                 product.resize(cout * width, 0.0);
+                // Each sample's copies in and out run on the threads side by side: samples write
+                // disjoint columns (rows, in the transposed matrices) and their own planes.
+                let input = |k: usize| unsafe { slice(self.input, ((first + k) * g.groups + group) * cin * pixels, cin * pixels) };
+                let output = |k: usize| unsafe { slice(self.output, ((first + k) * g.groups + group) * cout * positions, cout * positions) };
                 unsafe {
                     if self.op == Conv::Forward {
-                        for (k, n) in samples.clone().enumerate() {
-                            let input = slice(self.input, (n * g.groups + group) * cin * pixels, cin * pixels);
-                            if g.pointwise() {
-                                place(&mut columns, width, k, input, positions);
+                        let at = columns.as_mut_ptr() as usize;
+                        per_sample(count, rows * positions, |k, one| {
+                            let block: &[f32] = if g.pointwise() {
+                                input(k)
                             } else {
-                                im2col(&g, input, &mut one);
-                                place(&mut columns, width, k, &one, positions);
-                            }
-                        }
+                                im2col(&g, input(k), one);
+                                one
+                            };
+                            // SAFETY: sample k's columns of the [rows, width] matrix, its alone.
+                            place(at, width, k, block, positions);
+                        });
                         if few_rows_against_many(cout, width, rows) {
                             // A handful of columns: gemm would repack the whole weight for them.
                             // Each column's values laid along a row instead, and the weight's rows
@@ -672,26 +688,28 @@ impl Convolution {
                             gemm_f32(cout, width, rows, View { ptr: product.as_mut_ptr() as usize, rs: width as isize, cs: 1 }, false,
                                      weight, View { ptr: columns.as_ptr() as usize, rs: width as isize, cs: 1 });
                         }
-                        for (k, n) in samples.enumerate() {
-                            let out = slice(self.output, (n * g.groups + group) * cout * positions, cout * positions);
-                            take(&product, width, k, out, positions);
-                            if self.bias != 0 {
-                                let bias = slice(self.bias, group * cout, cout);
-                                for (row, &b) in out.chunks_exact_mut(positions).zip(bias.iter()) {
-                                    row.iter_mut().for_each(|v| *v += b);
+                        let bias = (self.bias != 0).then(|| &*slice(self.bias, group * cout, cout));
+                        let product = &product;
+                        per_sample(count, 0, |k, _| {
+                            let out = output(k);
+                            for (o, row) in out.chunks_exact_mut(positions).enumerate() {
+                                row.copy_from_slice(&product[o * width + k * positions..][..positions]);
+                                if let Some(bias) = bias {
+                                    row.iter_mut().for_each(|v| *v += bias[o]);
                                 }
                             }
-                        }
+                        });
                     } else {
                         // gradientᵀ [width, cout]: sample k's position p is row k * positions + p.
-                        for (k, n) in samples.clone().enumerate() {
-                            let output = slice(self.output, (n * g.groups + group) * cout * positions, cout * positions);
-                            for (o, row) in output.chunks_exact(positions).enumerate() {
+                        let at = product.as_mut_ptr() as usize;
+                        per_sample(count, 0, |k, _| {
+                            for (o, row) in output(k).chunks_exact(positions).enumerate() {
                                 for (p, &v) in row.iter().enumerate() {
-                                    product[(k * positions + p) * cout + o] = v;
+                                    // SAFETY: sample k's rows of the [width, cout] matrix, its alone.
+                                    *(at as *mut f32).add((k * positions + p) * cout + o) = v;
                                 }
                             }
-                        }
+                        });
                         // columnsᵀ [width, rows] = gradientᵀ [width, cout] @ weight [cout, rows], all
                         // three row-major: the weight read along its rows (weightᵀ @ gradient read it
                         // down its columns, 2.6x slower for 512 x 4608), and no operand or result
@@ -699,9 +717,10 @@ impl Convolution {
                         across.resize(width * rows, 0.0);
                         gemm_f32(width, rows, cout, View { ptr: across.as_mut_ptr() as usize, rs: rows as isize, cs: 1 }, false,
                                  View { ptr: product.as_ptr() as usize, rs: cout as isize, cs: 1 }, weight);
-                        for (k, n) in samples.enumerate() {
-                            let input = slice(self.input, (n * g.groups + group) * cin * pixels, cin * pixels);
-                            let block: &mut [f32] = if g.pointwise() { input } else { &mut one };
+                        let across = &across;
+                        per_sample(count, rows * positions, |k, one| {
+                            let input = input(k);
+                            let block: &mut [f32] = if g.pointwise() { input } else { one };
                             for (r, row) in block.chunks_exact_mut(positions).enumerate() {
                                 for (p, v) in row.iter_mut().enumerate() {
                                     *v = across[(k * positions + p) * rows + r];
@@ -709,9 +728,9 @@ impl Convolution {
                             }
                             if !g.pointwise() {
                                 input.fill(0.0);
-                                col2im(&g, &one, input);
+                                col2im(&g, one, input);
                             }
-                        }
+                        });
                     }
                 }
             }
@@ -827,13 +846,16 @@ impl Convolution {
                     let (input, output) = unsafe {
                         (slice(self.input, sample * cin * pixels, cin * pixels), slice(self.output, sample * cout * positions, cout * positions))
                     };
-                    if g.pointwise() {
-                        place(&mut columns, width, k, input, positions);
-                    } else {
-                        im2col(&g, input, &mut one);
-                        place(&mut columns, width, k, &one, positions);
+                    // SAFETY: sample k's columns of matrices of `rows` and `cout` rows of `width`.
+                    unsafe {
+                        if g.pointwise() {
+                            place(columns.as_mut_ptr() as usize, width, k, input, positions);
+                        } else {
+                            im2col(&g, input, &mut one);
+                            place(columns.as_mut_ptr() as usize, width, k, &one, positions);
+                        }
+                        place(gradient.as_mut_ptr() as usize, width, k, output, positions);
                     }
-                    place(&mut gradient, width, k, output, positions);
                 }
                 // dst [cout, rows] = (dst +) gradient [cout, width] @ columnsᵀ [width, rows]; the
                 // first chunk writes the weight without reading it (9 MB not read for 512 x 512 x 3 x 3).
