@@ -67,8 +67,8 @@ CONVOLUTIONS = [
     (F.conv2d, (2, 3, 8, 8), (4, 3, 3, 3), (4,), {}),
     (F.conv2d, (2, 3, 9, 7), (4, 3, 3, 3), None, dict(stride=2, padding=1)),
     (F.conv2d, (1, 4, 9, 7), (6, 2, 3, 2), (6,), dict(groups=2, dilation=(2, 1), padding=(1, 2))),
-    # depthwise: each channel's plane on its own; unit stride along rows and columns takes
-    # rows as wide as the padded plane, other strides row by row
+    # depthwise: channels 16 at a time, one per lane of a padded plane's elements; a last
+    # block of fewer, kernels wider than the plane, strides, dilation, 3-D
     (F.conv2d, (3, 4, 5, 5), (4, 1, 3, 3), None, dict(groups=4, padding="same")),
     (F.conv2d, (2, 24, 4, 4), (24, 1, 7, 7), (24,), dict(groups=24, padding=3)),  # kernel wider than the plane
     (F.conv2d, (2, 6, 11, 9), (6, 1, 5, 5), (6,), dict(groups=6, padding=2, stride=2)),

@@ -1,243 +1,265 @@
 //! Depthwise convolution (one input and one output channel per group: MobileNet's and
-//! ConvNeXt's spatial filters), computed directly on each channel's plane. Through im2col,
-//! each plane was a product of one row by a column matrix, hundreds of tiny products per call:
-//! a 7x7 filter over 160 channels of 4x4 planes took 1.3 ms forward and 2.9 ms backward.
+//! ConvNeXt's spatial filters), computed directly. Through im2col, each channel was a product of
+//! one row by a column matrix, hundreds of tiny products per call: a 7x7 filter over 160
+//! channels of 4x4 planes took 1.3 ms forward and 2.9 ms backward.
 //!
-//! Each plane is first copied into a zero-padded plane as large as every tap reads, so that the
-//! loops carry no bounds tests. With unit stride along rows and columns, the output is computed
-//! as rows as wide as the padded plane's: a tap then reads one contiguous run of the padded
-//! plane for all the rows at once (one loop of hundreds of elements, where a 7-wide row was a
-//! loop of 7), and the entries past each real row's end are dropped.
+//! The channels are taken 16 at a time, side by side in the lanes of one vector (as oneDNN
+//! lays them out, `nChw16c`): a block's planes are copied into one zero-padded plane whose
+//! elements are 16 channels each, so that every tap of every output is one multiply-add of 16
+//! lanes, with no bounds test, whatever the plane's size, stride or dilation. A loop along one
+//! plane's rows instead is a few elements long on the small planes of a network's last stages.
+
+use std::ops::Range;
 
 use super::conv::{Convolution, Geometry};
-use super::math::dot;
+use super::math::mul_add;
+#[cfg(target_arch = "x86_64")]
+use super::softmax::{Simd, simd};
 use super::thread_pool;
 use crate::ffi::ffi::Conv;
+
+/// Channels per block: the lanes of one AVX-512 vector of float32 (two AVX2 ones).
+const L: usize = 16;
+type Lanes = [f32; L];
+/// Output positions taken together, tap by tap: their 64-byte sums (4 KB) stay in L1.
+const TILE: usize = 64;
 
 /// Whether `g` is depthwise: what [`run`] computes.
 pub(super) fn applies(g: &Geometry) -> bool {
     g.in_channels == 1 && g.out_channels == 1
 }
 
-/// The padded plane's extent along each dimension: what the last output's last tap reads,
-/// and at least the input with its leading padding.
-fn padded(g: &Geometry) -> [usize; 3] {
-    std::array::from_fn(|d| {
-        let reach = g.output[d].saturating_sub(1) * g.stride[d] + (g.kernel[d] - 1) * g.dilation[d] + 1;
-        reach.max(g.padding[d] + g.input[d])
-    })
+/// The padded plane of one block, and where the taps and outputs fall in it.
+struct Layout {
+    /// Extent of the padded plane along each dimension: what the last output's last tap
+    /// reads, and at least the input with its leading padding.
+    ext: [usize; 3],
+    /// Per tap, its offset from an output's first tap.
+    taps: Vec<usize>,
+    /// Per output position, where its first tap reads.
+    outputs: Vec<usize>,
 }
 
-/// Where input element (z, y, x) sits in the padded plane.
-fn at(g: &Geometry, ext: [usize; 3], [z, y, x]: [usize; 3]) -> usize {
-    ((z + g.padding[0]) * ext[1] + y + g.padding[1]) * ext[2] + x + g.padding[2]
-}
-
-/// Copies one input plane into `pad` (zeros around it).
-fn fill(g: &Geometry, ext: [usize; 3], plane: &[f32], pad: &mut Vec<f32>) {
-    pad.clear();
-    pad.resize(ext.iter().product(), 0.0);
-    for z in 0..g.input[0] {
-        for y in 0..g.input[1] {
-            let from = (z * g.input[1] + y) * g.input[2];
-            let to = at(g, ext, [z, y, 0]);
-            pad[to..to + g.input[2]].copy_from_slice(&plane[from..from + g.input[2]]);
-        }
-    }
-}
-
-/// Calls `row(output_row, padded_row_start, tap)` for each output row and tap: entry `x` of
-/// the output row pairs with padded element `padded_row_start + x * stride[2]`.
-fn for_each_row_and_tap(g: &Geometry, ext: [usize; 3], mut row: impl FnMut(usize, usize, usize)) {
-    let ([k0, k1, k2], [o0, o1, _]) = (g.kernel, g.output);
-    let (s, d) = (g.stride, g.dilation);
-    for z in 0..o0 {
-        for y in 0..o1 {
-            let out = z * o1 + y;
-            for a in 0..k0 {
-                for b in 0..k1 {
-                    let line = ((z * s[0] + a * d[0]) * ext[1] + y * s[1] + b * d[1]) * ext[2];
-                    for e in 0..k2 {
-                        row(out, line + e * d[2], (a * k1 + b) * k2 + e);
+impl Layout {
+    fn new(g: &Geometry) -> Layout {
+        let ext: [usize; 3] = std::array::from_fn(|d| {
+            let reach = g.output[d].saturating_sub(1) * g.stride[d] + (g.kernel[d] - 1) * g.dilation[d] + 1;
+            reach.max(g.padding[d] + g.input[d])
+        });
+        let flat = |[z, y, x]: [usize; 3]| (z * ext[1] + y) * ext[2] + x;
+        let grid = |n: [usize; 3], step: [usize; 3]| -> Vec<usize> {
+            let mut at = Vec::with_capacity(n.iter().product());
+            for z in 0..n[0] {
+                for y in 0..n[1] {
+                    for x in 0..n[2] {
+                        at.push(flat([z * step[0], y * step[1], x * step[2]]));
                     }
                 }
+            }
+            at
+        };
+        Layout { ext, taps: grid(g.kernel, g.dilation), outputs: grid(g.output, g.stride) }
+    }
+
+    /// Calls `row(padded, input)` for each row of an input plane: where its first element sits
+    /// in the padded plane, and in the plane.
+    #[inline(always)]
+    fn for_each_input_row(&self, g: &Geometry, mut row: impl FnMut(usize, usize)) {
+        let ([i0, i1, i2], p) = (g.input, g.padding);
+        for z in 0..i0 {
+            for y in 0..i1 {
+                row(((z + p[0]) * self.ext[1] + y + p[1]) * self.ext[2] + p[2], (z * i1 + y) * i2);
             }
         }
     }
 }
 
-/// One pass of a depthwise convolution (see [`applies`]), its planes spread over the kernel
-/// threads: samples x channels for the forward pass and the input gradient, channels for the
-/// weight gradient (each channel's filter sums over every sample).
+/// One pass of a depthwise convolution (see [`applies`]) over the kernel threads: (sample,
+/// block of channels) pairs for the forward pass and the input gradient, blocks of channels for
+/// the weight gradient (each filter sums over every sample).
 ///
 /// # Safety
 /// The operands hold what the launch checked against the geometry.
 pub(super) unsafe fn run(conv: &Convolution) {
     let g = conv.geometry;
-    let (pixels, positions, taps) = (g.pixels(), g.positions(), g.kernel.iter().product::<usize>());
-    let planes = if conv.op == Conv::BackwardWeight { g.groups } else { g.batch * g.groups };
-    let parts = thread_pool::threads().min(planes).max(1);
+    let blocks = g.groups.div_ceil(L);
+    let units = if conv.op == Conv::BackwardWeight { blocks } else { g.batch * blocks };
+    let parts = thread_pool::threads().min(units).max(1);
+    let layout = Layout::new(&g);
     thread_pool::run(parts, |p| {
-        let mut pad = Vec::new();
-        for plane in thread_pool::share(p, parts, planes) {
-            let c = plane % g.groups;
-            // SAFETY: each range lies in the operand the launch checked against the geometry;
-            // parts write disjoint planes (channels' filters, for the weight gradient).
-            unsafe {
-                let w = slice(conv.weight, c * taps, taps);
-                if conv.op == Conv::Forward {
-                    let bias = if conv.bias != 0 { slice(conv.bias, c, 1)[0] } else { 0.0 };
-                    forward(&g, slice(conv.input, plane * pixels, pixels), w, bias, slice(conv.output, plane * positions, positions), &mut pad);
-                } else if conv.op == Conv::BackwardInput {
-                    input_gradient(&g, slice(conv.output, plane * positions, positions), w, slice(conv.input, plane * pixels, pixels), &mut pad);
-                } else {
-                    w.fill(0.0);
-                    for n in 0..g.batch {
-                        let sample = n * g.groups + c;
-                        let (input, grad) = (slice(conv.input, sample * pixels, pixels), slice(conv.output, sample * positions, positions));
-                        add_weight_gradient(&g, input, grad, w, &mut pad);
-                    }
-                }
+        let units = thread_pool::share(p, parts, units);
+        // SAFETY: the caller's promise; parts take disjoint units. The CPU has the features
+        // simd() found.
+        unsafe {
+            #[cfg(target_arch = "x86_64")]
+            match simd() {
+                Simd::Avx512 => return units_avx512(conv, &layout, units),
+                Simd::Avx2 => return units_avx2(conv, &layout, units),
+                Simd::Baseline => {}
             }
+            run_units::<false>(conv, &layout, units)
         }
     });
 }
 
-/// With unit stride along rows and columns: calls `tap(start, tap)` for each tap of output
-/// slice `z`, whose wide rows (see the module's comment), as one run of [`wide_len`] elements,
-/// pair with the padded plane's elements from `start` on.
-fn for_each_tap(g: &Geometry, ext: [usize; 3], z: usize, mut tap: impl FnMut(usize, usize)) {
-    let [k0, k1, k2] = g.kernel;
-    let (s, d) = (g.stride, g.dilation);
-    for a in 0..k0 {
-        for b in 0..k1 {
-            for e in 0..k2 {
-                tap(((z * s[0] + a * d[0]) * ext[1] + b * d[1]) * ext[2] + e * d[2], (a * k1 + b) * k2 + e);
-            }
-        }
-    }
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx2,fma")]
+unsafe fn units_avx512(conv: &Convolution, layout: &Layout, units: Range<usize>) {
+    unsafe { run_units::<true>(conv, layout, units) }
 }
 
-/// Whether [`for_each_tap`] applies: unit stride along rows and columns.
-fn wide_rows(g: &Geometry) -> bool {
-    g.stride[1] == 1 && g.stride[2] == 1 && g.output[1] > 0 && g.output[2] > 0
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn units_avx2(conv: &Convolution, layout: &Layout, units: Range<usize>) {
+    unsafe { run_units::<true>(conv, layout, units) }
 }
 
-/// The elements of a slice's wide rows up to the last real entry: the last row stops at the
-/// output's width, so that no tap reads past the padded plane.
-fn wide_len(g: &Geometry, ext: [usize; 3]) -> usize {
-    (g.output[1] - 1) * ext[2] + g.output[2]
-}
-
-/// `out = bias + input ⋆ w` on one plane.
-fn forward(g: &Geometry, input: &[f32], w: &[f32], bias: f32, out: &mut [f32], pad: &mut Vec<f32>) {
-    let (ext, width, step) = (padded(g), g.output[2], g.stride[2]);
-    fill(g, ext, input, pad);
-    if wide_rows(g) {
-        let (len, rows, slice) = (wide_len(g, ext), g.output[1], g.output[1] * width);
-        let mut wide = vec![0.0f32; len];
-        for z in 0..g.output[0] {
-            wide.fill(bias);
-            for_each_tap(g, ext, z, |start, tap| {
-                let wt = w[tap];
-                for (v, &x) in wide.iter_mut().zip(&pad[start..start + len]) {
-                    *v += wt * x;
-                }
-            });
-            for y in 0..rows {
-                out[z * slice + y * width..][..width].copy_from_slice(&wide[y * ext[2]..][..width]);
-            }
-        }
-        return;
-    }
-    out.fill(bias);
-    for_each_row_and_tap(g, ext, |o, first, tap| {
-        let (row, wt) = (&mut out[o * width..][..width], w[tap]);
-        if step == 1 {
-            for (v, &x) in row.iter_mut().zip(&pad[first..first + width]) {
-                *v += wt * x;
-            }
-        } else {
-            for (i, v) in row.iter_mut().enumerate() {
-                *v += wt * pad[first + i * step];
-            }
-        }
-    });
-}
-
-/// The input gradient of one plane: each output's gradient, times each tap, back onto the
-/// element that tap read; what fell on padding is dropped.
-fn input_gradient(g: &Geometry, grad: &[f32], w: &[f32], input: &mut [f32], pad: &mut Vec<f32>) {
-    let (ext, width, step) = (padded(g), g.output[2], g.stride[2]);
-    pad.clear();
-    pad.resize(ext.iter().product(), 0.0);
-    if wide_rows(g) {
-        // The gradient spread to wide rows, zero past each row's end: those entries add nothing.
-        let (len, slice) = (wide_len(g, ext), g.output[1] * width);
-        let mut wide = vec![0.0f32; len];
-        for z in 0..g.output[0] {
-            for y in 0..g.output[1] {
-                wide[y * ext[2]..][..width].copy_from_slice(&grad[z * slice + y * width..][..width]);
-            }
-            for_each_tap(g, ext, z, |start, tap| {
-                let wt = w[tap];
-                for (v, &d) in pad[start..start + len].iter_mut().zip(&wide) {
-                    *v += wt * d;
-                }
-            });
-        }
-    } else {
-        for_each_row_and_tap(g, ext, |o, first, tap| {
-            let (row, wt) = (&grad[o * width..][..width], w[tap]);
-        if step == 1 {
-            for (v, &d) in pad[first..first + width].iter_mut().zip(row) {
-                *v += wt * d;
-            }
-        } else {
-            for (i, &d) in row.iter().enumerate() {
-                pad[first + i * step] += wt * d;
-            }
-        }
-        });
-    }
-    for z in 0..g.input[0] {
-        for y in 0..g.input[1] {
-            let (to, from) = ((z * g.input[1] + y) * g.input[2], at(g, ext, [z, y, 0]));
-            input[to..to + g.input[2]].copy_from_slice(&pad[from..from + g.input[2]]);
-        }
-    }
-}
-
-/// Adds one sample's share to a channel's filter gradient: per tap, the output gradient dotted
-/// with what that tap read.
-fn add_weight_gradient(g: &Geometry, input: &[f32], grad: &[f32], w: &mut [f32], pad: &mut Vec<f32>) {
-    let (ext, width, step) = (padded(g), g.output[2], g.stride[2]);
-    fill(g, ext, input, pad);
-    if wide_rows(g) {
-        let (len, slice) = (wide_len(g, ext), g.output[1] * width);
-        let mut wide = vec![0.0f32; len];
-        for z in 0..g.output[0] {
-            for y in 0..g.output[1] {
-                wide[y * ext[2]..][..width].copy_from_slice(&grad[z * slice + y * width..][..width]);
-            }
-            for_each_tap(g, ext, z, |start, tap| w[tap] += dot(&wide, &pad[start..start + len]));
-        }
-        return;
-    }
-    for_each_row_and_tap(g, ext, |o, first, tap| {
-        let row = &grad[o * width..][..width];
-        w[tap] += if step == 1 {
-            dot(row, &pad[first..first + width])
-        } else {
-            row.iter().enumerate().map(|(i, &d)| d * pad[first + i * step]).sum::<f32>()
-        };
-    });
-}
-
-/// `len` float32 elements at runtime address `at`, element `first` onwards.
+/// [`run`]'s work on `units`.
 ///
 /// # Safety
-/// The range lies in an operand the launch checked, and no one else writes it meanwhile.
-unsafe fn slice<'a>(at: usize, first: usize, len: usize) -> &'a mut [f32] {
-    unsafe { std::slice::from_raw_parts_mut((at as *mut f32).add(first), len) }
+/// As for [`run`], and no one else writes these units' planes meanwhile.
+#[inline(always)]
+unsafe fn run_units<const FMA: bool>(conv: &Convolution, layout: &Layout, units: Range<usize>) {
+    let g = conv.geometry;
+    let (pixels, positions, taps) = (g.pixels(), g.positions(), layout.taps.len());
+    let blocks = g.groups.div_ceil(L);
+    let zero = [0.0f32; L];
+    let mut pad = vec![zero; layout.ext.iter().product()];
+    let (mut filter, mut grads) = (vec![zero; taps], Vec::new());
+    // Plane `c` of sample `n` in a tensor of planes of `len` elements.
+    let plane = |at: usize, n: usize, c: usize, len: usize| (at as *mut f32).wrapping_add((n * g.groups + c) * len);
+    for unit in units {
+        let (n, block) = (unit / blocks, unit % blocks);
+        let channels = block * L..(block * L + L).min(g.groups);
+        // SAFETY (every access through `plane`): inside the operand the launch checked; a unit
+        // writes only its own block's planes of one sample (filters, for the weight gradient).
+        unsafe {
+            if conv.op == Conv::BackwardWeight {
+                filter.fill(zero);
+                for n in 0..g.batch {
+                    spread(&g, layout, &mut pad, channels.clone(), |c| plane(conv.input, n, c, pixels));
+                    gather_all(&mut grads, positions, channels.clone(), |c| plane(conv.output, n, c, positions));
+                    // Position by position, each tap's sum once: the taps' sums are independent
+                    // (one sum over all positions would be a chain of dependent multiply-adds).
+                    for (grad, &base) in grads.iter().zip(&layout.outputs) {
+                        for (f, &off) in filter.iter_mut().zip(&layout.taps) {
+                            let (x, mut sum) = (pad[base + off], *f);
+                            for l in 0..L {
+                                sum[l] = mul_add::<FMA>(grad[l], x[l], sum[l]);
+                            }
+                            *f = sum;
+                        }
+                    }
+                }
+                for (l, c) in channels.enumerate() {
+                    for (tap, f) in filter.iter().enumerate() {
+                        *(conv.weight as *mut f32).add(c * taps + tap) = f[l];
+                    }
+                }
+                continue;
+            }
+            for (tap, f) in filter.iter_mut().enumerate() {
+                *f = gather(channels.clone(), |c| *(conv.weight as *const f32).add(c * taps + tap));
+            }
+            if conv.op == Conv::Forward {
+                spread(&g, layout, &mut pad, channels.clone(), |c| plane(conv.input, n, c, pixels));
+                let bias = if conv.bias == 0 { zero } else { gather(channels.clone(), |c| *(conv.bias as *const f32).add(c)) };
+                // Tap by tap over all the positions: the positions' sums are independent, where
+                // a position's sum over its taps is one chain of dependent multiply-adds.
+                // In tiles of positions whose sums stay in L1 while the taps pass over them.
+                grads.clear();
+                grads.resize(positions, bias);
+                for (sums, bases) in grads.chunks_mut(TILE).zip(layout.outputs.chunks(TILE)) {
+                    for (&f, &off) in filter.iter().zip(&layout.taps) {
+                        for (acc, &base) in sums.iter_mut().zip(bases) {
+                            let (x, mut sum) = (pad[base + off], *acc);
+                            for l in 0..L {
+                                sum[l] = mul_add::<FMA>(f[l], x[l], sum[l]);
+                            }
+                            *acc = sum;
+                        }
+                    }
+                }
+                for (l, c) in channels.clone().enumerate() {
+                    let out = plane(conv.output, n, c, positions);
+                    for (pos, sum) in grads.iter().enumerate() {
+                        *out.add(pos) = sum[l];
+                    }
+                }
+            } else {
+                // The input gradient: each output's gradient, times each tap, back onto what
+                // that tap read; what lands on padding is dropped.
+                pad.fill(zero);
+                gather_all(&mut grads, positions, channels.clone(), |c| plane(conv.output, n, c, positions));
+                for (grads, bases) in grads.chunks(TILE).zip(layout.outputs.chunks(TILE)) {
+                    for (&f, &off) in filter.iter().zip(&layout.taps) {
+                        for (grad, &base) in grads.iter().zip(bases) {
+                            // Whole vectors in and out: updated lane by lane in place, the
+                            // compiler kept them scalar.
+                            let mut x = pad[base + off];
+                            for l in 0..L {
+                                x[l] = mul_add::<FMA>(f[l], grad[l], x[l]);
+                            }
+                            pad[base + off] = x;
+                        }
+                    }
+                }
+                let planes: Vec<*mut f32> = channels.clone().map(|c| plane(conv.input, n, c, pixels)).collect();
+                layout.for_each_input_row(&g, |from, to| {
+                    for (x, lanes) in pad[from..from + g.input[2]].iter().enumerate() {
+                        for (l, p) in planes.iter().enumerate() {
+                            *p.add(to + x) = lanes[l];
+                        }
+                    }
+                });
+            }
+        }
+    }
+}
+
+/// Copies the block's input planes into the padded plane, channel `c` into its lane (zeros
+/// around them, and in the lanes of a last block's missing channels): a row at a time, all the
+/// block's planes side by side, so that the padded plane is written in order.
+///
+/// # Safety
+/// `plane(c)` is channel `c`'s plane, `pixels()` elements.
+#[inline(always)]
+unsafe fn spread(g: &Geometry, layout: &Layout, pad: &mut [Lanes], channels: Range<usize>, plane: impl Fn(usize) -> *mut f32) {
+    pad.fill([0.0; L]);
+    let planes: Vec<*mut f32> = channels.map(plane).collect();
+    layout.for_each_input_row(g, |to, from| {
+        for (x, lanes) in pad[to..to + g.input[2]].iter_mut().enumerate() {
+            for (l, p) in planes.iter().enumerate() {
+                // SAFETY: the caller's promise.
+                lanes[l] = unsafe { *p.add(from + x) };
+            }
+        }
+    });
+}
+
+/// The block's output gradient, a vector of its channels per position (see [`gather`]).
+///
+/// # Safety
+/// `plane(c)` is channel `c`'s plane, `positions` elements.
+#[inline(always)]
+unsafe fn gather_all(grads: &mut Vec<Lanes>, positions: usize, channels: Range<usize>, plane: impl Fn(usize) -> *mut f32) {
+    grads.clear();
+    grads.resize(positions, [0.0; L]);
+    for (l, c) in channels.enumerate() {
+        let from = plane(c);
+        for (pos, lanes) in grads.iter_mut().enumerate() {
+            // SAFETY: the caller's promise.
+            lanes[l] = unsafe { *from.add(pos) };
+        }
+    }
+}
+
+/// One value per channel of the block, in its lane (zero in a last block's missing lanes).
+#[inline(always)]
+fn gather(channels: Range<usize>, value: impl Fn(usize) -> f32) -> Lanes {
+    let mut lanes = [0.0; L];
+    for (l, c) in channels.enumerate() {
+        lanes[l] = value(c);
+    }
+    lanes
 }

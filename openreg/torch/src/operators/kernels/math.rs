@@ -276,6 +276,7 @@ fn libm_erf(x: f64) -> f64 {
 
 /// `a · b`, in eight partial sums (the compiler keeps them in one vector register; a single
 /// running sum would be a chain of dependent adds).
+#[inline(always)]
 pub(crate) fn dot(a: &[f32], b: &[f32]) -> f32 {
     let mut acc = [0f32; 8];
     let (ac, ar) = a.as_chunks::<8>();
