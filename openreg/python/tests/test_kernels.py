@@ -670,6 +670,42 @@ def test_nll_loss_does_not_wait_for_the_device(reduction):
         del busy
 
 
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32])
+@pytest.mark.parametrize("padding_idx,scale_grad_by_freq", [(None, False), (2, False), (None, True), (0, True)])
+def test_embedding_backward_matches_cpu(dtype, padding_idx, scale_grad_by_freq):
+    idx = torch.tensor([[1, 2, 2, 0], [9, 0, 2, 2]], dtype=dtype)
+    w = torch.randn(10, 5)
+    for indices in [idx, idx.t(), idx[:, ::2], idx[:0]]:  # transposed, strided, empty
+        wc, wd = w.clone().requires_grad_(), w.openreg().requires_grad_()
+        for weight, index in [(wc, indices), (wd, indices.openreg())]:
+            out = torch.nn.functional.embedding(index, weight, padding_idx=padding_idx, scale_grad_by_freq=scale_grad_by_freq)
+            (out * torch.arange(out.numel(), dtype=out.dtype, device=out.device).view(out.shape)).sum().backward()
+        torch.testing.assert_close(wd.grad.cpu(), wc.grad)
+
+
+def test_embedding_backward_does_not_wait_for_the_device():
+    """The indices are read on the stream: with a long kernel queued, the backward returns
+    before the stream is done (reading them on the host would wait for it, at the end of a
+    language model's backward pass), and a bad index queued that way is reported at the
+    synchronize as CPU's IndexError."""
+    a = torch.randn(1536, 1536, device="openreg")
+    g = torch.randn(4, 3, device="openreg")
+    for indices, error in [([1, 0, 7, 1], None), ([1, 12, 3, 0], "index 12 is out of range for 8 weights")]:
+        indices = torch.tensor(indices, device="openreg")
+        torch.openreg.synchronize()
+        busy = a @ a @ a
+        grad = torch.ops.aten.embedding_dense_backward(g, indices, 8, -1, False)
+        assert not torch.openreg.current_stream().query(), "the backward waited for the stream"
+        if error is None:
+            torch.openreg.synchronize()
+            want = torch.ops.aten.embedding_dense_backward(g.cpu(), indices.cpu(), 8, -1, False)
+            torch.testing.assert_close(grad.cpu(), want)
+        else:
+            with pytest.raises(IndexError, match=error):
+                torch.openreg.synchronize()
+        del busy
+
+
 def test_linear_and_mlp_gradients_match_cpu():
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 3))

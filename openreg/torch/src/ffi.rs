@@ -892,7 +892,7 @@ pub(crate) mod ffi {
         fn embedding_backward(
             grad_weight: Dense,
             grad_output: Dense,
-            indices: &[i64],
+            indices: Dense,
             dim: usize,
             padding_idx: i64,
             scale_by_freq: bool,

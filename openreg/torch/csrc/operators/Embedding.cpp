@@ -1,7 +1,7 @@
 // An embedding on the device: its forward is index_select on the weight's rows, its backward
-// embedding_dense_backward. Both need the index values: as nll_loss does, the glue waits for
-// the stream and reads them (a GPU would read them in the kernel and report a bad one at the
-// next synchronization). Rust kernels: src/operators/kernels/embedding.rs.
+// embedding_dense_backward. index_select's glue waits for the stream and reads the index values
+// (its out-of-range error is raised at the call, as CPU raises it); the backward's kernel reads
+// them on the stream, as nll_loss's does. Rust kernels: src/operators/kernels/embedding.rs.
 
 #include "operators/Structured.h"
 
@@ -71,23 +71,23 @@ at::Tensor index_select_functional(const at::Tensor& self, int64_t dim, const at
 }
 
 // ANCHOR: embedding_backward
+// The index values stay on the device: the kernel reads them on the stream, and one out of range
+// is the stream's IndexError at its next synchronize. Read here, they would make the host wait
+// for the whole backward pass queued before this, the last step of a language model's.
 at::Tensor dense_backward(const at::Tensor& grad_output, const at::Tensor& indices,
                               int64_t num_weights, int64_t padding_idx, bool scale_grad_by_freq) {
   check_devices("embedding_dense_backward", {{"grad_output", &grad_output}, {"indices", &indices}});
+  TORCH_CHECK(indices.scalar_type() == at::kLong || indices.scalar_type() == at::kInt,
+              "embedding_dense_backward: indices must be int64 or int32, got ", indices.scalar_type());
   const int64_t dim = grad_output.size(-1);
-  const std::vector<int64_t> values = read_indices(indices);
-  TORCH_CHECK(grad_output.numel() == static_cast<int64_t>(values.size()) * dim,
+  TORCH_CHECK(grad_output.numel() == indices.numel() * dim,
               "embedding_dense_backward: grad_output of size ", grad_output.sizes(),
               " does not match indices of size ", indices.sizes());
-  for (int64_t i : values) {
-    TORCH_CHECK_INDEX(i >= 0 && i < num_weights, "embedding_dense_backward: index ", i,
-                      " is out of range for ", num_weights, " weights");
-  }
   at::Tensor grad_weight = at::empty({num_weights, dim}, grad_output.options());
+  const at::Tensor index = indices.to(at::kLong).contiguous();  // int32: converted on the stream
   const bool done = call([&] {
-    return openreg::embedding_backward(dense(grad_weight), dense(grad_output.contiguous()),
-                                       {values.data(), values.size()}, dim, padding_idx,
-                                       scale_grad_by_freq, grad_output.device().index());
+    return openreg::embedding_backward(dense(grad_weight), dense(grad_output.contiguous()), dense(index), dim,
+                                       padding_idx, scale_grad_by_freq, grad_output.device().index());
   });
   if (!done) {
     on_host("embedding_dense_backward", grad_output.scalar_type(), [&] {

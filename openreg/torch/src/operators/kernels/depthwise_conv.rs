@@ -125,7 +125,7 @@ unsafe fn run_units<const FMA: bool>(conv: &Convolution, layout: &Layout, units:
     let blocks = g.groups.div_ceil(L);
     let zero = [0.0f32; L];
     let mut pad = vec![zero; layout.ext.iter().product()];
-    let (mut filter, mut grads) = (vec![zero; taps], Vec::new());
+    let (mut filter, mut partial, mut grads) = (vec![zero; taps], vec![zero; taps], Vec::new());
     // Plane `c` of sample `n` in a tensor of planes of `len` elements.
     let plane = |at: usize, n: usize, c: usize, len: usize| (at as *mut f32).wrapping_add((n * g.groups + c) * len);
     for unit in units {
@@ -141,13 +141,23 @@ unsafe fn run_units<const FMA: bool>(conv: &Convolution, layout: &Layout, units:
                     gather_all(&mut grads, positions, channels.clone(), |c| plane(conv.output, n, c, positions));
                     // Position by position, each tap's sum once: the taps' sums are independent
                     // (one sum over all positions would be a chain of dependent multiply-adds).
-                    for (grad, &base) in grads.iter().zip(&layout.outputs) {
-                        for (f, &off) in filter.iter_mut().zip(&layout.taps) {
-                            let (x, mut sum) = (pad[base + off], *f);
-                            for l in 0..L {
-                                sum[l] = mul_add::<FMA>(grad[l], x[l], sum[l]);
+                    // Summed a tile at a time, then the tiles' sums: one running sum over
+                    // thousands of positions loses digits CPU's blocked products keep.
+                    for (grads, bases) in grads.chunks(TILE).zip(layout.outputs.chunks(TILE)) {
+                        partial.fill(zero);
+                        for (grad, &base) in grads.iter().zip(bases) {
+                            for (p, &off) in partial.iter_mut().zip(&layout.taps) {
+                                let (x, mut sum) = (pad[base + off], *p);
+                                for l in 0..L {
+                                    sum[l] = mul_add::<FMA>(grad[l], x[l], sum[l]);
+                                }
+                                *p = sum;
                             }
-                            *f = sum;
+                        }
+                        for (f, p) in filter.iter_mut().zip(&partial) {
+                            for l in 0..L {
+                                f[l] += p[l];
+                            }
                         }
                     }
                 }

@@ -1,12 +1,12 @@
 //! Row gathers and scatters for embeddings: `index_select` (an embedding's forward reads the
 //! weight's rows) and `embedding_dense_backward` (adds each output row's gradient into the
-//! weight row it came from). The indices arrive as host values, checked by C++ like CPU checks
-//! them (an `IndexError`); every index is checked again here, so a bad one cannot write
-//! outside a tensor.
+//! weight row it came from). `index_select`'s indices arrive as host values, checked by C++
+//! like CPU checks them (an `IndexError`) and again here; the backward reads its indices on the
+//! stream and reports a bad one as the stream's error. No index can write outside a tensor.
 
 use openreg_runtime as rt;
 
-use super::dtype::{Dtype, load, store};
+use super::dtype::{Dtype, INT64, load, store};
 use super::{launch, view, dense};
 use crate::error::{Failure, Result};
 use crate::ffi::ffi::Dense;
@@ -46,17 +46,18 @@ pub(crate) fn index_select(
 // ANCHOR_END: index_select
 
 /// Launches `embedding_dense_backward` into a `[num_weights, dim]` `grad_weight` from
-/// `[indices, dim]` `grad_output`. False if a dtype is not ours. (`padding_idx` < 0: none.)
+/// `[indices, dim]` `grad_output`, the int64 `indices` read on the stream. False if a dtype is
+/// not ours. (`padding_idx` < 0: none.)
 pub(crate) fn embedding_backward(
-    grad_weight: Dense, grad_output: Dense, indices: &[i64], dim: usize, padding_idx: i64, scale_by_freq: bool,
+    grad_weight: Dense, grad_output: Dense, indices: Dense, dim: usize, padding_idx: i64, scale_by_freq: bool,
     device: i64,
 ) -> Result<bool> {
     let (Some(wt), Some(gt)) = (Dtype::from_code(grad_weight.dtype), Dtype::from_code(grad_output.dtype)) else {
         return Ok(false);
     };
-    let n = indices.len();
+    let n = indices.numel;
     let num_weights = if dim > 0 { grad_weight.numel / dim } else { 0 };
-    if grad_output.numel != n * dim || grad_weight.numel != num_weights * dim {
+    if indices.dtype != INT64 || grad_output.numel != n * dim || grad_weight.numel != num_weights * dim {
         return Err(rt::Error::InvalidValue("embedding_dense_backward operands do not match their shapes".into()).into());
     }
     if grad_weight.numel == 0 {
@@ -65,7 +66,8 @@ pub(crate) fn embedding_backward(
     let work = EmbeddingBackward {
         grad_weight: (dense(&grad_weight, wt)?, wt),
         grad_output: (dense(&grad_output, gt)?, gt),
-        indices: checked_indices(indices, num_weights)?,
+        indices: view(indices.data, n * 8, &[indices.storage, indices.storage_len])?,
+        len: n,
         num_weights, dim,
         padding_idx: usize::try_from(padding_idx).ok(),
         scale_by_freq,
@@ -103,12 +105,15 @@ impl IndexSelect {
 
 /// grad_weight[indices[i]] += grad_output[i] over rows of `dim` elements; an index equal to
 /// `padding_idx` adds nothing; with `scale_by_freq`, each row's sum is divided by how often
-/// its index occurs.
-#[derive(Clone)]
+/// its index occurs. An index out of range adds nothing and fails the task with CPU's
+/// `IndexError`, which the stream reports at its next synchronize.
+#[derive(Clone)] // a graph replays a captured kernel: it reads the indices' values at each replay
 pub(crate) struct EmbeddingBackward {
     pub grad_weight: (usize, Dtype),
     pub grad_output: (usize, Dtype),
-    pub indices: Vec<usize>,
+    /// The runtime view of `len` int64 indices.
+    pub indices: usize,
+    pub len: usize,
     pub num_weights: usize,
     pub dim: usize,
     pub padding_idx: Option<usize>,
@@ -122,7 +127,14 @@ impl EmbeddingBackward {
         let mut counts = vec![0u32; self.num_weights];
         let mut row = vec![0.0f32; d];
         let (gptr, gtype) = self.grad_output;
-        for (i, &index) in self.indices.iter().enumerate() {
+        // SAFETY: `len` int64 values at a view checked at launch, written by work queued before.
+        let indices: Vec<i64> = (0..self.len).map(|i| unsafe { (self.indices as *const i64).add(i).read_unaligned() }).collect();
+        if let Some(&bad) = indices.iter().find(|&&i| !(0..self.num_weights as i64).contains(&i)) {
+            rt::fail_task(rt::FailureClass::Index,
+                          format!("embedding_dense_backward: index {bad} is out of range for {} weights", self.num_weights));
+        }
+        for (i, &index) in indices.iter().enumerate() {
+            let Some(index) = usize::try_from(index).ok().filter(|&i| i < self.num_weights) else { continue };
             counts[index] += 1;
             if Some(index) == self.padding_idx {
                 continue;
