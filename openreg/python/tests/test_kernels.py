@@ -706,6 +706,28 @@ def test_embedding_backward_does_not_wait_for_the_device():
         del busy
 
 
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32])
+def test_index_select_does_not_wait_for_the_device(dtype):
+    """An embedding's forward (index_select) reads its indices on the stream too: the first
+    operator of a step does not wait for the last step's optimizer, and a bad index queued that
+    way is reported at the synchronize as CPU's IndexError."""
+    a = torch.randn(1536, 1536, device="openreg")
+    w = torch.randn(8, 3, device="openreg")
+    for indices, error in [([1, 0, 7, 1], None), ([1, 8, 3], "index out of range in self")]:
+        indices = torch.tensor(indices, dtype=dtype, device="openreg")
+        torch.openreg.synchronize()
+        busy = a @ a @ a
+        rows = torch.nn.functional.embedding(indices, w)
+        assert not torch.openreg.current_stream().query(), "index_select waited for the stream"
+        if error is None:
+            torch.openreg.synchronize()
+            torch.testing.assert_close(rows.cpu(), w.cpu()[indices.cpu()])
+        else:
+            with pytest.raises(IndexError, match=error):
+                torch.openreg.synchronize()
+        del busy
+
+
 def test_linear_and_mlp_gradients_match_cpu():
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 3))

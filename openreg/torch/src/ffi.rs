@@ -17,7 +17,7 @@ use crate::operators::kernels::attention::launch_attention;
 use crate::operators::kernels::conv::launch_convolution;
 use crate::operators::kernels::dropout::{launch_dropout, launch_dropout_at};
 use crate::operators::kernels::elementwise::{launch_abs_f32, launch_pointwise, launch_same_shape};
-use crate::operators::kernels::embedding::{embedding_backward, index_select};
+use crate::operators::kernels::embedding::{embedding_backward, gather_rows, index_select};
 use crate::operators::kernels::factory::{launch_arange, launch_fill_int};
 use crate::operators::kernels::foreach::launch_foreach;
 use crate::operators::kernels::linalg::launch_qr;
@@ -877,13 +877,25 @@ pub(crate) mod ffi {
             interval: i64,
             device: i64,
         ) -> Result<bool>;
-        /// `indices`: host values, already checked against `size` (see Embedding.cpp); rows are
-        /// `inner` elements of `item` bytes, whatever the dtype.
-        fn index_select(
+        /// Rows of `inner` elements of `item` bytes (whatever the dtype) at host offsets the
+        /// caller computed and checked against `size` (gathers, padding).
+        fn gather_rows(
             src: Dense,
             dst: Dense,
             item: usize,
             indices: &[i64],
+            outer: usize,
+            size: usize,
+            inner: usize,
+            device: i64,
+        ) -> Result<()>;
+        /// `index_select`: the same gather, its int64 `indices` on the device, read and checked
+        /// against `size` on the stream.
+        fn index_select(
+            src: Dense,
+            dst: Dense,
+            item: usize,
+            indices: Dense,
             outer: usize,
             size: usize,
             inner: usize,

@@ -1,7 +1,9 @@
 // An embedding on the device: its forward is index_select on the weight's rows, its backward
-// embedding_dense_backward. index_select's glue waits for the stream and reads the index values
-// (its out-of-range error is raised at the call, as CPU raises it); the backward's kernel reads
-// them on the stream, as nll_loss's does. Rust kernels: src/operators/kernels/embedding.rs.
+// embedding_dense_backward. Neither reads the index values on the host, which would wait for
+// everything queued before: their kernels read them on the stream, as nll_loss's does, and an
+// index out of range is the stream's IndexError (at the call when the stream was idle, else at
+// its next synchronize, as a GPU reports a device-side assert). Rust kernels:
+// src/operators/kernels/embedding.rs.
 
 #include "operators/Structured.h"
 
@@ -15,14 +17,6 @@
 
 namespace openreg {
 namespace {
-
-// ANCHOR: read_indices
-// The values of an integer index tensor, read on the host once the stream is done with it.
-std::vector<int64_t> read_indices(const at::Tensor& index) {
-  const at::Tensor host = host_alias(index.contiguous()).to(at::kLong);
-  return {host.const_data_ptr<int64_t>(), host.const_data_ptr<int64_t>() + host.numel()};
-}
-// ANCHOR_END: read_indices
 
 at::Tensor& index_select_out(const at::Tensor& self, int64_t dim, const at::Tensor& index,
                              at::Tensor& out) {
@@ -40,13 +34,9 @@ at::Tensor& index_select_out(const at::Tensor& self, int64_t dim, const at::Tens
   at::assert_no_overlap(out, index);
   dim = c10::maybe_wrap_dim(dim, self.dim());
   const int64_t size = self.dim() == 0 ? 1 : self.size(dim);
-  const std::vector<int64_t> indices = read_indices(index);
-  for (int64_t i : indices) {
-    TORCH_CHECK_INDEX(i >= 0 && i < size, "index out of range in self");
-  }
   std::vector<int64_t> sizes(self.sizes().begin(), self.sizes().end());
   if (self.dim() > 0) {
-    sizes[dim] = static_cast<int64_t>(indices.size());
+    sizes[dim] = index.numel();
   }
   at::native::resize_output(out, sizes);
   const at::Tensor src = self.contiguous();
@@ -55,9 +45,10 @@ at::Tensor& index_select_out(const at::Tensor& self, int64_t dim, const at::Tens
   for (int64_t d = 0; d < self.dim(); ++d) {
     (d < dim ? outer : inner) *= d == dim ? 1 : self.size(d);
   }
+  const at::Tensor indices = index.to(at::kLong).contiguous();  // int32: converted on the stream
   call([&] {
-    index_select(dense(src), dense(dst), self.element_size(), {indices.data(), indices.size()},
-                 outer, size, inner, self.device().index());
+    index_select(dense(src), dense(dst), self.element_size(), dense(indices), outer, size, inner,
+                 self.device().index());
   });
   if (!dst.is_same(out)) {
     out.copy_(dst);

@@ -52,7 +52,7 @@ void gather_into(const at::Tensor& self, int64_t dim, const at::Tensor& index, c
   }
   const at::Tensor target = out.is_contiguous() ? out : at::empty(out.sizes(), out.options());
   call([&] {
-    index_select(dense(src), dense(target), self.element_size(), {offsets.data(), offsets.size()},
+    gather_rows(dense(src), dense(target), self.element_size(), {offsets.data(), offsets.size()},
                  /*outer=*/1, /*size=*/static_cast<size_t>(src.numel()), /*inner=*/1, self.device().index());
   });
   if (!target.is_same(out)) {
@@ -136,7 +136,7 @@ at::Tensor scatter(const at::Tensor& self, int64_t dim, const at::Tensor& index,
                                                       source.strides(), false);
     values = at::empty({index.numel()}, out.options());
     call([&] {
-      index_select(dense(source), dense(values), source.element_size(), {from.data(), from.size()}, 1,
+      gather_rows(dense(source), dense(values), source.element_size(), {from.data(), from.size()}, 1,
                    static_cast<size_t>(source.numel()), 1, self.device().index());
     });
   }
@@ -227,7 +227,7 @@ at::Tensor masked_select(const at::Tensor& self, const at::Tensor& mask) {
   at::Tensor out = at::empty({static_cast<int64_t>(offsets.size())}, self.options());
   if (!offsets.empty()) {
     call([&] {
-      index_select(dense(src), dense(out), self.element_size(), {offsets.data(), offsets.size()},
+      gather_rows(dense(src), dense(out), self.element_size(), {offsets.data(), offsets.size()},
                    /*outer=*/1, /*size=*/static_cast<size_t>(src.numel()), /*inner=*/1,
                    self.device().index());
     });

@@ -321,7 +321,7 @@ at::Tensor& index_out(const at::Tensor& self, const c10::List<std::optional<at::
   }
   const at::Tensor dst = out.is_contiguous() ? out : at::empty(shape, out.options());
   call([&] {
-    index_select(dense(source), dense(dst), self.element_size(), {where.data(), where.size()}, /*outer=*/1,
+    gather_rows(dense(source), dense(dst), self.element_size(), {where.data(), where.size()}, /*outer=*/1,
                  static_cast<size_t>(source.numel()), /*inner=*/1, self.device().index());
   });
   if (!dst.is_same(out)) {

@@ -90,7 +90,7 @@ void pad_into(const at::Tensor& self, at::IntArrayRef padding, Mode mode, const 
   const std::vector<int64_t> offsets = sources(self.sizes(), padding, mode);
   const at::Tensor target = out.is_contiguous() ? out : at::empty(out.sizes(), out.options());
   call([&] {
-    index_select(dense(src), dense(target), self.element_size(), {offsets.data(), offsets.size()},
+    gather_rows(dense(src), dense(target), self.element_size(), {offsets.data(), offsets.size()},
                  /*outer=*/1, /*size=*/static_cast<size_t>(src.numel()), /*inner=*/1,
                  self.device().index());
   });

@@ -21,25 +21,45 @@ fn checked_indices(indices: &[i64], size: usize) -> Result<Vec<usize>> {
 
 // ANCHOR: index_select
 /// Launches the row gather of `index_select` over contiguous `[outer, size, inner]` `src` into
-/// `[outer, indices, inner]` `dst` (any dtype: rows are bytes, `item` per element).
+/// `[outer, indices, inner]` `dst` (any dtype: rows are bytes, `item` per element), the int64
+/// `indices` read on the stream.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn index_select(
+    src: Dense, dst: Dense, item: usize, indices: Dense, outer: usize, size: usize, inner: usize, device: i64,
+) -> Result<()> {
+    if indices.dtype != INT64 {
+        return Err(rt::Error::InvalidValue("index_select: int64 indices expected".into()).into());
+    }
+    let rows = Rows::Device { at: view(indices.data, indices.numel * 8, &[indices.storage, indices.storage_len])?, len: indices.numel };
+    launch_gather(src, dst, item, rows, indices.numel, outer, size, inner, device)
+}
+
+/// Launches the same gather at host offsets, each checked against `size`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn gather_rows(
     src: Dense, dst: Dense, item: usize, indices: &[i64], outer: usize, size: usize, inner: usize, device: i64,
+) -> Result<()> {
+    let rows = Rows::Host(checked_indices(indices, size)?);
+    launch_gather(src, dst, item, rows, indices.len(), outer, size, inner, device)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn launch_gather(
+    src: Dense, dst: Dense, item: usize, rows: Rows, n: usize, outer: usize, size: usize, inner: usize, device: i64,
 ) -> Result<()> {
     if src.dtype != dst.dtype || item == 0 {
         return Err(rt::Error::InvalidValue("index_select: operands of one dtype expected".into()).into());
     }
-    if src.numel != outer * size * inner || dst.numel != outer * indices.len() * inner {
+    if src.numel != outer * size * inner || dst.numel != outer * n * inner {
         return Err(rt::Error::InvalidValue("index_select operands do not match their shapes".into()).into());
     }
-    let indices = checked_indices(indices, size)?;
     if dst.numel == 0 {
         return Ok(());
     }
     let work = IndexSelect {
         src: view(src.data, src.numel * item, &[src.storage, src.storage_len])?,
         dst: view(dst.data, dst.numel * item, &[dst.storage, dst.storage_len])?,
-        indices, outer, size, inner, item,
+        rows, outer, size, inner, item,
     };
     launch(device, dst.numel, move || work.run())
 }
@@ -76,13 +96,22 @@ pub(crate) fn embedding_backward(
     Ok(true)
 }
 
-/// Copies, for each of `outer` blocks, rows `indices` (of `size`) of `inner` elements of
-/// `item` bytes from `src` into consecutive rows of `dst`.
-#[derive(Clone)] // a graph replays a captured kernel
+/// Where a gather's row indices are: host offsets checked at launch, or int64 values on the
+/// device, read on the stream.
+#[derive(Clone)]
+pub(crate) enum Rows {
+    Host(Vec<usize>),
+    Device { at: usize, len: usize },
+}
+
+/// Copies, for each of `outer` blocks, rows `rows` (of `size`) of `inner` elements of `item`
+/// bytes from `src` into consecutive rows of `dst`. A device index out of range gives a row of
+/// zeros and fails the task with CPU's `IndexError`.
+#[derive(Clone)] // a graph replays a captured kernel: device indices are read at each replay
 pub(crate) struct IndexSelect {
     pub src: usize,
     pub dst: usize,
-    pub indices: Vec<usize>,
+    pub rows: Rows,
     pub outer: usize,
     pub size: usize,
     pub inner: usize,
@@ -91,13 +120,29 @@ pub(crate) struct IndexSelect {
 
 impl IndexSelect {
     pub(crate) fn run(&self) {
-        let (row, n) = (self.inner * self.item, self.indices.len());
+        let indices: Vec<Option<usize>> = match &self.rows {
+            Rows::Host(rows) => rows.iter().map(|&i| Some(i)).collect(),
+            // SAFETY: `len` int64 values at a view checked at launch, written by work queued before.
+            Rows::Device { at, len } => (0..*len)
+                .map(|i| unsafe { (*at as *const i64).add(i).read_unaligned() })
+                .map(|i| usize::try_from(i).ok().filter(|&i| i < self.size))
+                .collect(),
+        };
+        if indices.contains(&None) {
+            rt::fail_task(rt::FailureClass::Index, "index out of range in self".into());
+        }
+        let (row, n) = (self.inner * self.item, indices.len());
         for o in 0..self.outer {
-            for (i, &index) in self.indices.iter().enumerate() {
-                let from = (self.src + (o * self.size + index) * row) as *const u8;
+            for (i, index) in indices.iter().enumerate() {
                 let to = (self.dst + (o * n + i) * row) as *mut u8;
-                // SAFETY: index < size (checked at launch) and both extents were checked.
-                unsafe { std::ptr::copy_nonoverlapping(from, to, row) };
+                // SAFETY: a checked index's row of `src`, and row i of block o of `dst`; both
+                // extents were checked at launch.
+                unsafe {
+                    match index {
+                        Some(index) => std::ptr::copy_nonoverlapping((self.src + (o * self.size + index) * row) as *const u8, to, row),
+                        None => std::ptr::write_bytes(to, 0, row),
+                    }
+                }
             }
         }
     }
