@@ -7,6 +7,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -182,6 +183,26 @@ def test_inductor_fuses_a_pointwise_chain_into_one_device_kernel(device):
     assert code.count("CompiledKernel(") == 1, "one fused kernel"
     assert "cpp_fused_add_gelu_mul_sum_0(" in code and "device='openreg'" in code
 # ANCHOR_END: inductor
+
+
+def test_kernels_compile_against_the_header_the_cpu_kernels_precompile():
+    """kernel_library() overrides a hook of Inductor's CppCodeCache: a torch that renames it, or
+    changes what load_async takes, fails here instead of quietly compiling without the header."""
+    import inspect
+
+    from torch._inductor import codecache
+    from torch_openreg.openreg._inductor import kernel_library
+
+    hook = inspect.getattr_static(codecache.CppCodeCache, "_get_uncompiled_header").__func__
+    assert str(inspect.signature(hook)) == "(cls, device: 'str') -> 'str | None'"
+    assert "submit_fn" in inspect.signature(codecache.CppCodeCache.load_async).parameters
+    header = kernel_library()._get_uncompiled_header("openreg")
+    assert header == codecache._get_cpp_prefix_header("cpu"), "the header the CPU's kernels precompile"
+    x = torch.randn(8)
+    torch.testing.assert_close(torch.compile(lambda x: (x * 3).cos())(x.openreg()).cpu(), (x * 3).cos())
+    precompiled = [h for h in Path(codecache._HEADER_DIR).glob("*.h")
+                   if header in h.read_text() and h.with_suffix(".h.gch").exists()]
+    assert precompiled, f"no precompiled {header} in {codecache._HEADER_DIR}"
 
 
 def test_inductor_calls_native_kernels_for_matrix_products_and_trains_like_eager():

@@ -28,20 +28,43 @@ class CompiledKernel:
     # cost more than they save there (bench/compile.py measures both sides of this).
     TEAM_FROM_ELEMENTS = 1 << 20
 
-    def __init__(self, arg_types, compiled):
+    def __init__(self, arg_types, source):
         bad = [t for t in arg_types if not (t.endswith("*") or "int64_t" in t)]
         if bad:
             raise NotImplementedError(f"openreg kernels take pointers and int64_t sizes, not {bad}")
-        self.compiled = compiled  # a ctypes function, or a future of one
+        from torch._inductor.async_compile import AsyncCompile
+
+        # Compiling starts now, on Inductor's compile workers; the first call waits for it.
+        self.library = kernel_library().load_async(source, submit_fn=AsyncCompile.submit)
         self.address = None
         self.team = torch.get_num_threads()
 
     def __call__(self, *args):
         if self.address is None:
-            function = self.compiled.result() if hasattr(self.compiled, "result") else self.compiled
-            self.address = ctypes.cast(function, ctypes.c_void_p).value
+            self.address = ctypes.cast(self.library().kernel, ctypes.c_void_p).value
         _C._launch_compiled(self.address, args, self.team, self.TEAM_FROM_ELEMENTS)
 # ANCHOR_END: launcher
+
+
+# ANCHOR: kernel_library
+@functools.cache
+def kernel_library():
+    """Inductor's cache of compiled C++ libraries, with the header the CPU's kernels precompile.
+    Every kernel includes `cpp_prefix.h`, which takes most of a kernel's compile time to parse;
+    Inductor precompiles it for the kernels it binds to Python, not for plain libraries.
+    `_get_uncompiled_header` is the class's own hook for choosing that header."""
+    from torch._inductor.codecache import CppCodeCache
+
+    class OpenRegKernelLibrary(CppCodeCache):
+        cache = {}
+        cache_clear = staticmethod(cache.clear)
+
+        @classmethod
+        def _get_uncompiled_header(cls, device: str) -> str:
+            return "torch/csrc/inductor/cpp_prefix.h"
+
+    return OpenRegKernelLibrary
+# ANCHOR_END: kernel_library
 
 
 # ANCHOR: barrier
@@ -132,9 +155,9 @@ def scheduling():
                 return name
             wrapper.add_import_once("from torch_openreg.openreg._inductor import CompiledKernel")
             body = IndentedBuffer()
-            body.writeline(f"CompiledKernel({arg_types!r}, async_compile.cpp(r'''")
+            body.writeline(f"CompiledKernel({arg_types!r}, r'''")
             body.splice(source + exception_barrier(name, arg_types), strip=True)
-            body.writeline("'''))")
+            body.writeline("''')")
             wrapper.define_kernel(name, body.getvalue(), gpu=False)
             return name
     # ANCHOR_END: scheduling
