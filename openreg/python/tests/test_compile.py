@@ -205,6 +205,21 @@ def test_kernels_compile_against_the_header_the_cpu_kernels_precompile():
     assert precompiled, f"no precompiled {header} in {codecache._HEADER_DIR}"
 
 
+def test_kernels_compile_without_inductors_workers():
+    """With one compile thread Inductor has no workers: a kernel compiles where it is defined.
+    Its constant is new, so that it does compile; the rest of the suite's cache is reused."""
+    constant = 1 + time.time_ns() % 1_000_000_007 / 1e9
+    code = textwrap.dedent(f"""
+        import torch
+        x = torch.randn(8)
+        out = torch.compile(lambda x: (x * {constant!r}).sin())(x.to("openreg"))
+        print(torch.allclose(out.cpu(), (x * {constant!r}).sin(), atol=1e-5))
+    """)
+    env = {**os.environ, "TORCHINDUCTOR_COMPILE_THREADS": "1"}
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
+    assert run.stdout.split() == ["True"], run.stdout + run.stderr[-3000:]
+
+
 def test_inductor_calls_native_kernels_for_matrix_products_and_trains_like_eager():
     def run(compile_it):
         torch.manual_seed(0)

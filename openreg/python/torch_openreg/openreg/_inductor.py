@@ -32,10 +32,16 @@ class CompiledKernel:
         bad = [t for t in arg_types if not (t.endswith("*") or "int64_t" in t)]
         if bad:
             raise NotImplementedError(f"openreg kernels take pointers and int64_t sizes, not {bad}")
-        from torch._inductor.async_compile import AsyncCompile
+        from torch._inductor.async_compile import AsyncCompile, get_compile_threads
 
-        # Compiling starts now, on Inductor's compile workers; the first call waits for it.
-        self.library = kernel_library().load_async(source, submit_fn=AsyncCompile.submit)
+        # As Inductor's own kernels: compiled on its workers, the first call waiting for the
+        # result, or here and now when it has none (submitting to no workers would compile
+        # under a lock the compile itself takes).
+        if get_compile_threads() > 1:
+            self.library = kernel_library().load_async(source, submit_fn=AsyncCompile.submit)
+        else:
+            self.library = kernel_library().load_async(source)
+            self.library()
         self.address = None
         self.team = torch.get_num_threads()
 
