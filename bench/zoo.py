@@ -4,7 +4,8 @@ openreg in one process: a training step (SGD) for every model, and greedy genera
 the KV cache for the decoders, as time per step, tokens per second and the ratio to CPU (for
 tokens per second, CPU's rate over ours, so that above 1 is slower everywhere). Then the
 first zoo's steps at other batch sizes. The ratio is the median of the rounds' ratios; the
-spread is their lowest and highest.
+spread is their lowest and highest. A round times a block of calls on each device (see
+`paired`).
 
 `python bench/zoo.py` prints the tables.
 """
@@ -31,20 +32,31 @@ def sync(device):
         torch.openreg.synchronize()
 
 
-def paired(runs, rounds):
-    """Each of `runs` ({device: function}) timed in alternation, one call of each per round: a
-    slow spell of the shared machine then lands on both sides of a ratio. Returns the median
-    seconds per device and the rounds' ratios (the second device's time over the first's)."""
+def paired(runs, rounds, block=0.1):
+    """Each of `runs` ({device: function}) timed in alternation: a round times a block of calls
+    of each, a slow spell of the shared machine then lands on both sides of a ratio. A block
+    is as many calls as take `block` seconds on the slower device, synchronized once at its
+    end, as torch.utils.benchmark.Timer synchronizes an accelerator at each read of its clock:
+    a device's time is its calls' throughput, not one call plus draining its queue. Returns the
+    median seconds per call of each device and the rounds' ratios (second device over first)."""
+    slowest = 0.0
     for device, run in runs.items():
-        run()  # warm-up: first-call costs (allocations, lazy initialisation) are not the steady state
+        for _ in range(2):  # warm-up: first-call costs (allocations, lazy initialisation)
+            run()
         sync(device)
+        start = time.perf_counter()
+        run()
+        sync(device)
+        slowest = max(slowest, time.perf_counter() - start)
+    calls = max(1, round(block / slowest))
     times = {device: [] for device in runs}
     for _ in range(rounds):
         for device, run in runs.items():
             start = time.perf_counter()
-            run()
+            for _ in range(calls):
+                run()
             sync(device)
-            times[device].append(time.perf_counter() - start)
+            times[device].append((time.perf_counter() - start) / calls)
     first, second = times.values()
     return [statistics.median(times[device]) for device in runs], [b / a for a, b in zip(first, second)]
 

@@ -92,3 +92,46 @@ def test_pooling_geometries_match_cpu(seed):
     x = torch.randn(rng.randint(1, 3), rng.randint(1, 5), *size, generator=torch.Generator().manual_seed(seed))
     run_both(lambda x: F.max_pool2d(x, kernel, stride, padding, dilation, ceil_mode=ceil), [x])
     run_both(lambda x: F.avg_pool2d(x, kernel, stride, padding, ceil_mode=ceil, count_include_pad=include_pad), [x])
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_depthwise_convolution_on_wide_rows_matches_cpu(seed):
+    """Depthwise 1-D and 2-D convolutions on rows of 16 outputs or more, which the kernel
+    computes a row at a time: strides down and across (across, 1 takes the row path and 2 the
+    other), dilation, padding up to the kernel's reach, widths that are not a multiple of 16,
+    channel counts that are not a multiple of 16, transposed, and channels-last."""
+    rng = random.Random(5000 + seed)
+    dims = rng.choice([1, 2, 2])
+    channels = rng.choice([1, 3, 16, 17, 40])
+    kernel = [rng.randint(1, 7) for _ in range(dims)]
+    dilation = [rng.choice([1, 1, 2, 3]) for _ in range(dims)]
+    stride = [rng.choice([1, 2, 3]) for _ in range(dims - 1)] + [rng.choice([1, 1, 1, 2])]
+    padding = [rng.randint(0, k * d) for k, d in zip(kernel, dilation)]
+    size = [rng.randint(1, 24) for _ in range(dims - 1)] + [rng.randint(16, 70)]
+    x = torch.randn(rng.choice([1, 2, 3]), channels, *size, generator=torch.Generator().manual_seed(seed))
+    if dims == 2 and rng.random() < 0.3:
+        x = x.contiguous(memory_format=torch.channels_last)
+    w = torch.randn(channels, 1, *kernel, generator=torch.Generator().manual_seed(seed + 1))
+    b = torch.randn(channels)
+    if rng.random() < 0.25:
+        fn = lambda x, w, b: CONV_T[dims](x, w, b, stride=stride, padding=padding, dilation=dilation, groups=channels)
+    else:
+        fn = lambda x, w, b: CONV[dims](x, w, b, stride=stride, padding=padding, dilation=dilation, groups=channels)
+    assert run_both(fn, [x, w, b]) in (True, None)
+
+
+def test_depthwise_gradients_on_wide_rows_carry_infinities_as_on_cpu():
+    """The weight gradient's last vector of a row reaches past the row's end into the next
+    row: an infinity there must not enter a sum it has no part in (0 * inf is NaN)."""
+    x = torch.randn(2, 3, 6, 29)
+    x[0, 1, 3, 0] = float("inf")  # first of a row: the row above's last vector reaches it
+    x[1, 2, 5, 28] = float("-inf")
+    w = torch.randn(3, 1, 3, 3)
+    grad = torch.randn(2, 3, 4, 27)
+    cpu = torch.ops.aten.convolution_backward(grad, x, w, None, [1, 1], [0, 0], [1, 1], False, [0, 0], 3,
+                                              [True, True, False])
+    dev = torch.ops.aten.convolution_backward(grad.to("openreg"), x.to("openreg"), w.to("openreg"), None, [1, 1],
+                                              [0, 0], [1, 1], False, [0, 0], 3, [True, True, False])
+    for want, got in zip(cpu[:2], dev[:2]):
+        torch.testing.assert_close(got.cpu(), want, rtol=1e-4, atol=1e-4, equal_nan=True)
+    assert not torch.isfinite(dev[1][1]).all() and torch.isfinite(dev[1][0]).all()

@@ -8,6 +8,11 @@
 //! elements are 16 channels each, so that every tap of every output is one multiply-add of 16
 //! lanes, with no bounds test, whatever the plane's size, stride or dilation. A loop along one
 //! plane's rows instead is a few elements long on the small planes of a network's last stages.
+//!
+//! On wide planes the rows are long enough, and moving every element into and out of lanes
+//! costs more than the taps. There, 2-D and 1-D convolutions stepping one input per output
+//! along a row take the row path: a plane is copied, zero-padded, into a buffer, and each
+//! output row is a run of consecutive outputs, a vector of them per multiply-add of a tap.
 
 use std::ops::Range;
 
@@ -27,6 +32,15 @@ const TILE: usize = 64;
 /// Whether `g` is depthwise: what [`run`] computes.
 pub(super) fn applies(g: &Geometry) -> bool {
     g.in_channels == 1 && g.out_channels == 1
+}
+
+/// Whether [`rows`] computes this pass: planes one deep (2-D or 1-D), outputs one input apart
+/// along a row, rows at least a vector wide; for the input gradient, rows one apart too (it is
+/// then the flipped filter's forward pass over the output gradient).
+fn by_rows(g: &Geometry, op: Conv) -> bool {
+    let flat = g.input[0] == 1 && g.output[0] == 1 && g.kernel[0] == 1;
+    let across = g.stride[2] == 1 && g.output[2] >= L && g.input[2] >= L;
+    flat && across && (op != Conv::BackwardInput || g.stride[1] == 1)
 }
 
 /// The padded plane of one block, and where the taps and outputs fall in it.
@@ -82,8 +96,11 @@ impl Layout {
 /// The operands hold what the launch checked against the geometry.
 pub(super) unsafe fn run(conv: &Convolution) {
     let g = conv.geometry;
-    let blocks = g.groups.div_ceil(L);
-    let units = if conv.op == Conv::BackwardWeight { blocks } else { g.batch * blocks };
+    let rows = by_rows(&g, conv.op);
+    // Units: (sample, channel) or (sample, block of channels); the weight gradient's sum over
+    // the samples stays in one unit.
+    let per_sample = if rows { g.groups } else { g.groups.div_ceil(L) };
+    let units = if conv.op == Conv::BackwardWeight { per_sample } else { g.batch * per_sample };
     let parts = thread_pool::threads().min(units).max(1);
     let layout = Layout::new(&g);
     thread_pool::run(parts, |p| {
@@ -93,25 +110,38 @@ pub(super) unsafe fn run(conv: &Convolution) {
         unsafe {
             #[cfg(target_arch = "x86_64")]
             match simd() {
-                Simd::Avx512 => return units_avx512(conv, &layout, units),
-                Simd::Avx2 => return units_avx2(conv, &layout, units),
+                Simd::Avx512 => return units_avx512(conv, &layout, units, rows),
+                Simd::Avx2 => return units_avx2(conv, &layout, units, rows),
                 Simd::Baseline => {}
             }
-            run_units::<false>(conv, &layout, units)
+            either::<false>(conv, &layout, units, rows)
         }
     });
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx2,fma")]
-unsafe fn units_avx512(conv: &Convolution, layout: &Layout, units: Range<usize>) {
-    unsafe { run_units::<true>(conv, layout, units) }
+unsafe fn units_avx512(conv: &Convolution, layout: &Layout, units: Range<usize>, rows: bool) {
+    unsafe { either::<true>(conv, layout, units, rows) }
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn units_avx2(conv: &Convolution, layout: &Layout, units: Range<usize>) {
-    unsafe { run_units::<true>(conv, layout, units) }
+unsafe fn units_avx2(conv: &Convolution, layout: &Layout, units: Range<usize>, rows: bool) {
+    unsafe { either::<true>(conv, layout, units, rows) }
+}
+
+/// # Safety
+/// As for [`run_units`].
+#[inline(always)]
+unsafe fn either<const FMA: bool>(conv: &Convolution, layout: &Layout, units: Range<usize>, rows: bool) {
+    unsafe {
+        if rows {
+            rows::run_units::<FMA>(conv, layout, units)
+        } else {
+            run_units::<FMA>(conv, layout, units)
+        }
+    }
 }
 
 /// [`run`]'s work on `units`.
@@ -272,4 +302,255 @@ fn gather(channels: Range<usize>, value: impl Fn(usize) -> f32) -> Lanes {
         lanes[l] = value(c);
     }
     lanes
+}
+
+/// The row path (see the module's comment): one channel of one sample at a time, its plane
+/// copied into a zero-padded buffer so that no tap needs a bounds test.
+mod rows {
+    use super::{Convolution, Geometry, L, Layout, mul_add};
+    use crate::ffi::ffi::Conv;
+
+    /// Where the input gradient's buffer holds the output gradient: `lead` rows and columns of
+    /// zeros before it, so that every flipped tap of every input lands inside the buffer.
+    struct Flipped {
+        lead: [usize; 2],
+        ext: [usize; 2],
+    }
+
+    impl Flipped {
+        fn new(g: &Geometry) -> Flipped {
+            let lead: [usize; 2] = std::array::from_fn(|d| ((g.kernel[d + 1] - 1) * g.dilation[d + 1]).saturating_sub(g.padding[d + 1]));
+            let ext = std::array::from_fn(|d| (g.input[d + 1] + g.padding[d + 1]).max(g.output[d + 1]) + lead[d]);
+            Flipped { lead, ext }
+        }
+    }
+
+    /// [`super::run`]'s work on `units` ((sample, channel) pairs; channels for the weight
+    /// gradient).
+    ///
+    /// # Safety
+    /// As for [`super::run`], and no one else writes these units' planes meanwhile.
+    #[inline(always)]
+    pub(super) unsafe fn run_units<const FMA: bool>(conv: &Convolution, layout: &Layout, units: std::ops::Range<usize>) {
+        let g = conv.geometry;
+        let (pixels, positions, taps) = (g.pixels(), g.positions(), layout.taps.len());
+        let ([_, ih, iw], [_, oh, ow]) = (g.input, g.output);
+        let flipped = Flipped::new(&g);
+        let size = if conv.op == Conv::BackwardInput { flipped.ext[0] * flipped.ext[1] } else { layout.ext.iter().product() };
+        // L more: the weight gradient's last vector of a row reads past the plane's last row.
+        let mut buffer = vec![0.0f32; size + L];
+        let row = layout.ext[2];
+        // Plane `c` of sample `n` in a tensor of planes of `len` elements.
+        let plane = |at: usize, n: usize, c: usize, len: usize| (at as *mut f32).wrapping_add((n * g.groups + c) * len);
+        let weight = |c: usize, t: usize| unsafe { *(conv.weight as *const f32).add(c * taps + t) };
+        // SAFETY (every access through `plane` and `weight`): inside the operands the launch
+        // checked; a unit writes only its own channel's planes (its filter, for the weight
+        // gradient).
+        unsafe {
+            for unit in units {
+                match conv.op {
+                    Conv::Forward => {
+                        let (n, c) = (unit / g.groups, unit % g.groups);
+                        fill(&g, layout, &mut buffer, plane(conv.input, n, c, pixels));
+                        let offsets: Vec<(f32, usize)> = (0..taps).map(|t| (weight(c, t), layout.taps[t])).collect();
+                        let bias = if conv.bias == 0 { 0.0 } else { *(conv.bias as *const f32).add(c) };
+                        correlate::<FMA>(&buffer, g.stride[1] * row, &offsets, bias, plane(conv.output, n, c, positions), oh, ow);
+                    }
+                    Conv::BackwardInput => {
+                        // Input (y, x) takes tap (ky, kx) of output (y + p - ky d, x + p - kx d):
+                        // the output gradient correlated with the flipped filter.
+                        let (n, c) = (unit / g.groups, unit % g.groups);
+                        let ([lead_y, lead_x], [_, wide]) = (flipped.lead, flipped.ext);
+                        buffer.fill(0.0);
+                        let grad = plane(conv.output, n, c, positions);
+                        for y in 0..oh {
+                            let to = (y + lead_y) * wide + lead_x;
+                            buffer[to..to + ow].copy_from_slice(std::slice::from_raw_parts(grad.add(y * ow), ow));
+                        }
+                        let [kh, kw] = [g.kernel[1], g.kernel[2]];
+                        let offsets: Vec<(f32, usize)> = (0..kh * kw)
+                            .map(|t| {
+                                let (ky, kx) = (t / kw, t % kw);
+                                let down = g.padding[1] + lead_y - ky * g.dilation[1];
+                                (weight(c, t), down * wide + g.padding[2] + lead_x - kx * g.dilation[2])
+                            })
+                            .collect();
+                        correlate::<FMA>(&buffer, wide, &offsets, 0.0, plane(conv.input, n, c, pixels), ih, iw);
+                    }
+                    _ => {
+                        // Each tap's sum over every output of every sample: per ROWS rows, a
+                        // vector of sums on each row (independent chains of multiply-adds),
+                        // added into the tap's double (thousands of positions in one float sum
+                        // lose digits CPU's blocked products keep).
+                        let c = unit;
+                        let mut totals = vec![0.0f64; taps];
+                        let runs = ow.div_ceil(L);
+                        // The last vector of a row may pass its end: there the gradient is
+                        // zero, and what lies in the buffer (maybe an inf) is masked to zero.
+                        let valid = ow - (runs - 1) * L;
+                        let mut grads = vec![0.0f32; oh * runs * L]; // rows of `runs` vectors
+                        for n in 0..g.batch {
+                            fill(&g, layout, &mut buffer, plane(conv.input, n, c, pixels));
+                            let grad = plane(conv.output, n, c, positions);
+                            for y in 0..oh {
+                                grads[y * runs * L..][..ow].copy_from_slice(std::slice::from_raw_parts(grad.add(y * ow), ow));
+                            }
+                            let reach = (oh - 1) * g.stride[1] * row + layout.taps.iter().max().unwrap() + runs * L;
+                            assert!(reach <= buffer.len(), "a tap outside the padded plane");
+                            // A few rows at a time, every tap over them while they are in L1.
+                            let mut y = 0;
+                            while y < oh {
+                                let group = if oh - y >= ROWS { ROWS } else { 1 };
+                                let gs = &grads[y * runs * L..(y + group) * runs * L];
+                                for (total, &off) in totals.iter_mut().zip(&layout.taps) {
+                                    let from = y * g.stride[1] * row + off;
+                                    // SAFETY: the assert above.
+                                    *total += if group == ROWS {
+                                        rows_dot::<FMA, ROWS>(&buffer, from, g.stride[1] * row, gs, valid)
+                                    } else {
+                                        rows_dot::<FMA, 1>(&buffer, from, g.stride[1] * row, gs, valid)
+                                    };
+                                }
+                                y += group;
+                            }
+                        }
+                        for (t, total) in totals.iter().enumerate() {
+                            *(conv.weight as *mut f32).add(c * taps + t) = *total as f32;
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Σ gradient · input over `R` rows (`step` apart in `buffer` from `from`; `grads` holds
+    /// them, `grads.len() / R / L` vectors each, of which the last has `valid` lanes), a vector of
+    /// float sums per row (independent chains, in registers), added pairwise and returned as
+    /// a double.
+    ///
+    /// # Safety
+    /// Every row's vectors lie inside `buffer`.
+    #[inline(always)]
+    unsafe fn rows_dot<const FMA: bool, const R: usize>(buffer: &[f32], from: usize, step: usize, grads: &[f32],
+                                                       valid: usize) -> f64 {
+        let runs = grads.len() / R / L;
+        assert!(runs > 0 && grads.len() == R * runs * L, "rows of whole vectors");
+        let mut sums = [[0.0f32; L]; R];
+        let whole = if valid == L { runs } else { runs - 1 };
+        for run in 0..whole {
+            for (r, sum) in sums.iter_mut().enumerate() {
+                // SAFETY: vector run of row r lies in `grads` (its length is R rows of `runs`); the
+                // caller's promise for `buffer`.
+                let gv = unsafe { &*(grads.as_ptr().add((r * runs + run) * L) as *const [f32; L]) };
+                let xs = unsafe { &*(buffer.as_ptr().add(from + r * step + run * L) as *const [f32; L]) };
+                for l in 0..L {
+                    sum[l] = mul_add::<FMA>(gv[l], xs[l], sum[l]);
+                }
+            }
+        }
+        if whole < runs {
+            // The last vector, its lanes past the row's end masked to zero.
+            for (r, sum) in sums.iter_mut().enumerate() {
+                // SAFETY: vector whole of row r lies in `grads` (its length is R rows of `runs`); the
+                // caller's promise for `buffer`.
+                let gv = unsafe { &*(grads.as_ptr().add((r * runs + whole) * L) as *const [f32; L]) };
+                let xs = unsafe { &*(buffer.as_ptr().add(from + r * step + whole * L) as *const [f32; L]) };
+                for l in 0..L {
+                    let x = xs[l]; // loaded in every lane, so that the choice is a vector select
+                    sum[l] = mul_add::<FMA>(gv[l], if l < valid { x } else { 0.0 }, sum[l]);
+                }
+            }
+        }
+        let mut v = sums[0];
+        for sum in &sums[1..] {
+            for l in 0..L {
+                v[l] += sum[l];
+            }
+        }
+        let mut width = L;
+        while width > 1 {
+            width /= 2;
+            for l in 0..width {
+                v[l] += v[l + width];
+            }
+        }
+        v[0] as f64
+    }
+
+    /// The padded plane of [`Layout`], one channel: zeros, then the input's rows in place.
+    ///
+    /// # Safety
+    /// `input` is a plane of `g.pixels()` elements.
+    #[inline(always)]
+    unsafe fn fill(g: &Geometry, layout: &Layout, buffer: &mut [f32], input: *const f32) {
+        buffer.fill(0.0);
+        let width = g.input[2];
+        layout.for_each_input_row(g, |to, from| {
+            // SAFETY: the caller's promise.
+            buffer[to..to + width].copy_from_slice(unsafe { std::slice::from_raw_parts(input.add(from), width) });
+        });
+    }
+
+    /// `out[y * width + x] = init + Σ w · buffer[y * step + x + offset]` over the taps
+    /// `(w, offset)`, for `rows` rows of `width >= L` outputs: a vector of consecutive outputs
+    /// on each of [`ROWS`] rows in registers while the taps pass over them. A row's (or the
+    /// plane's) last run ends at its end, recomputing a few outputs rather than leaving a
+    /// remainder.
+    ///
+    /// # Safety
+    /// `out` is `rows * width` elements.
+    #[inline(always)]
+    unsafe fn correlate<const FMA: bool>(buffer: &[f32], step: usize, taps: &[(f32, usize)], init: f32, out: *mut f32,
+                                         rows: usize, width: usize) {
+        let reach = taps.iter().map(|&(_, offset)| offset).max().unwrap_or(0) + (width - 1) + 1;
+        let mut y = 0;
+        while y < rows {
+            // Fewer rows than ROWS: one at a time; else the last group overlaps the one before.
+            let (at, group) = if rows < ROWS { (y, 1) } else { (y.min(rows - ROWS), ROWS) };
+            assert!((at + group - 1) * step + reach <= buffer.len(), "a tap outside the padded plane");
+            let mut x = 0;
+            while x < width {
+                let run = x.min(width - L);
+                // SAFETY: the assert above (the last row's furthest tap ends inside the buffer);
+                // `out` is the caller's.
+                unsafe {
+                    let (from, to) = (at * step + run, out.add(at * width + run));
+                    if group == ROWS {
+                        run_of::<FMA, ROWS>(buffer, from, step, taps, init, to, width);
+                    } else {
+                        run_of::<FMA, 1>(buffer, from, step, taps, init, to, width);
+                    }
+                }
+                x = run + L;
+            }
+            y = at + group;
+        }
+    }
+
+    /// Output rows taken together by [`correlate`]: each tap's weight, loaded once, serves a
+    /// vector on each of them.
+    const ROWS: usize = 4;
+
+    /// A vector of outputs on each of `R` rows (`step` apart in `buffer`, `width` apart in
+    /// `out`), from `buffer[at..]`.
+    ///
+    /// # Safety
+    /// Every tap of every row reads inside `buffer`; `out` is the caller's.
+    #[inline(always)]
+    unsafe fn run_of<const FMA: bool, const R: usize>(buffer: &[f32], at: usize, step: usize, taps: &[(f32, usize)],
+                                                     init: f32, out: *mut f32, width: usize) {
+        let mut sums = [[init; L]; R];
+        for &(w, offset) in taps {
+            for (r, sum) in sums.iter_mut().enumerate() {
+                // SAFETY: the caller's promise.
+                let xs = unsafe { &*(buffer.as_ptr().add(at + r * step + offset) as *const [f32; L]) };
+                for i in 0..L {
+                    sum[i] = mul_add::<FMA>(w, xs[i], sum[i]);
+                }
+            }
+        }
+        for (r, sum) in sums.iter().enumerate() {
+            unsafe { std::ptr::copy_nonoverlapping(sum.as_ptr(), out.add(r * width), L) };
+        }
+    }
 }
