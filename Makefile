@@ -12,7 +12,7 @@ STAMP  := $(VENV)/.setup-$(shell cat requirements.txt | sha1sum | cut -c1-12)
 # ccache makes C++ rebuilds after a `cargo clean` or a header-neutral edit take seconds.
 CXX_CMD = $$(command -v ccache >/dev/null && echo "ccache c++" || echo c++)
 
-.PHONY: help setup system-packages book-tools build reader book book-outputs test test-rust test-python python-tests test-book book-checks serve bench bench-build clean
+.PHONY: help setup system-packages book-tools build reader book book-outputs test backend-tests test-rust test-python python-tests test-book book-checks serve bench bench-build clean
 
 help:
 	@echo "make serve   set up, build the backend, serve the book on http://localhost:3000"
@@ -87,9 +87,14 @@ reader:
 
 # The backend's tests and the book's checks run side by side: each keeps both cores busy most
 # of its time, and each has stretches on one core (building the book, a chapter crate's link,
-# the slowest test at the end) that the other fills.
-test: build test-rust
-	$(MAKE) --no-print-directory -j2 --output-sync=target python-tests book-checks
+# the slowest test at the end) that the other fills. The Rust unit tests come after the
+# backend's Python tests, which end before the book's: from nothing, building them (the
+# kernels' crate again, with its tests) is then off the loop's longest path.
+test: build
+	$(MAKE) --no-print-directory -j2 --output-sync=target backend-tests book-checks
+
+backend-tests: python-tests
+	$(MAKE) --no-print-directory test-rust
 
 test-rust:
 	$(AS_MATURIN) CXX="$(CXX_CMD)" cargo test --release -p openreg-runtime -p openreg-torch -p openreg-python
