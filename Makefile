@@ -137,6 +137,7 @@ bench: build
 	$(PY) bench/bench.py
 	$(PY) bench/operators.py
 	$(PY) bench/models.py
+	$(PY) bench/depthwise.py
 	$(PY) bench/zoo.py
 	$(PY) bench/profiler.py
 	$(PY) bench/graphs.py

@@ -380,10 +380,11 @@ mod rows {
                     _ => {
                         // Each tap's sum over every output of every sample: per ROWS rows, a
                         // vector of sums on each row (independent chains of multiply-adds),
-                        // added into the tap's double (thousands of positions in one float sum
-                        // lose digits CPU's blocked products keep).
+                        // added into the tap's vector of float sums; those into the tap's
+                        // double once per sample (thousands of positions in one float sum lose
+                        // digits CPU's blocked products keep).
                         let c = unit;
-                        let mut totals = vec![0.0f64; taps];
+                        let (mut totals, mut sums) = (vec![0.0f64; taps], vec![[0.0f32; L]; taps]);
                         let runs = ow.div_ceil(L);
                         // The last vector of a row may pass its end: there the gradient is
                         // zero, and what lies in the buffer (maybe an inf) is masked to zero.
@@ -402,16 +403,22 @@ mod rows {
                             while y < oh {
                                 let group = if oh - y >= ROWS { ROWS } else { 1 };
                                 let gs = &grads[y * runs * L..(y + group) * runs * L];
-                                for (total, &off) in totals.iter_mut().zip(&layout.taps) {
+                                for (sum, &off) in sums.iter_mut().zip(&layout.taps) {
                                     let from = y * g.stride[1] * row + off;
                                     // SAFETY: the assert above.
-                                    *total += if group == ROWS {
+                                    let rows = if group == ROWS {
                                         rows_dot::<FMA, ROWS>(&buffer, from, g.stride[1] * row, gs, valid)
                                     } else {
                                         rows_dot::<FMA, 1>(&buffer, from, g.stride[1] * row, gs, valid)
                                     };
+                                    for l in 0..L {
+                                        sum[l] += rows[l];
+                                    }
                                 }
                                 y += group;
+                            }
+                            for (total, sum) in totals.iter_mut().zip(sums.iter_mut()) {
+                                *total += lanes_sum(std::mem::replace(sum, [0.0; L]));
                             }
                         }
                         for (t, total) in totals.iter().enumerate() {
@@ -424,15 +431,14 @@ mod rows {
     }
 
     /// Σ gradient · input over `R` rows (`step` apart in `buffer` from `from`; `grads` holds
-    /// them, `grads.len() / R / L` vectors each, of which the last has `valid` lanes), a vector of
-    /// float sums per row (independent chains, in registers), added pairwise and returned as
-    /// a double.
+    /// them, `grads.len() / R / L` vectors each, of which the last has `valid` lanes): a vector
+    /// of float sums per row (independent chains, in registers), returned added lane by lane.
     ///
     /// # Safety
     /// Every row's vectors lie inside `buffer`.
     #[inline(always)]
     unsafe fn rows_dot<const FMA: bool, const R: usize>(buffer: &[f32], from: usize, step: usize, grads: &[f32],
-                                                       valid: usize) -> f64 {
+                                                       valid: usize) -> [f32; L] {
         let runs = grads.len() / R / L;
         assert!(runs > 0 && grads.len() == R * runs * L, "rows of whole vectors");
         let mut sums = [[0.0f32; L]; R];
@@ -467,6 +473,12 @@ mod rows {
                 v[l] += sum[l];
             }
         }
+        v
+    }
+
+    /// A vector's lanes added pairwise, in float, as a double.
+    #[inline(always)]
+    fn lanes_sum(mut v: [f32; L]) -> f64 {
         let mut width = L;
         while width > 1 {
             width /= 2;
