@@ -7,29 +7,14 @@ models use.
 `python bench/depthwise.py` prints the table (`make bench` runs it).
 """
 
-import statistics
-import time
-
 import torch
 import torch.nn.functional as F
+
+from operators import per_call  # batches ended by a synchronize, after a warm-up
 
 # (batch, channels, plane side, kernel, stride)
 SHAPES = [(1, 32, 112, 3, 1), (32, 32, 56, 3, 1), (8, 144, 28, 5, 1), (4, 40, 16, 7, 1), (2, 96, 60, 7, 1),
           (32, 96, 56, 3, 2), (64, 240, 7, 5, 1), (4, 160, 4, 7, 1), (16, 17, 33, 3, 1)]
-
-
-def seconds(fn, sync, calls=5, repeats=7):
-    """Median seconds per call over batches of `calls` calls, each ended by a synchronize."""
-    fn()
-    sync()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        sync()
-        times.append((time.perf_counter() - start) / calls)
-    return statistics.median(times)
 
 
 def passes(device, n, c, size, k, stride):
@@ -46,13 +31,13 @@ def passes(device, n, c, size, k, stride):
 
 
 def main():
-    print(f"torch {torch.__version__}; time per call, median of 7 batches; ratio = openreg / CPU")
+    print(f"torch {torch.__version__}; time per call, median of 9 batches of 5; ratio = openreg / CPU")
     print(f"{'case':<34} {'pass':<12} {'CPU':>9} {'openreg':>9} {'ratio':>6}")
     for n, c, size, k, stride in SHAPES:
         on = {device: passes(device, n, c, size, k, stride) for device in ("cpu", "openreg")}
         for name in on["cpu"]:
-            cpu = seconds(on["cpu"][name], lambda: None)
-            dev = seconds(on["openreg"][name], torch.openreg.synchronize)
+            cpu = per_call(on["cpu"][name], "cpu", 5)
+            dev = per_call(on["openreg"][name], "openreg", 5)
             case = f"{n}x{c}x{size}x{size} {k}x{k} stride {stride}"
             print(f"{case:<34} {name:<12} {cpu * 1e6:>7.0f}us {dev * 1e6:>7.0f}us {dev / cpu:>5.2f}x")
 
