@@ -1,8 +1,8 @@
 """Depthwise convolution (MobileNet's and ConvNeXt's spatial filters) on openreg against the
 CPU, in one run: the forward pass, the input gradient and the weight gradient, on planes from
 a network's first stages (wide rows, which the kernel computes along rows) to its last ones
-(a few elements per row, computed across channels), at the strides, kernels and batches
-models use.
+(rows narrower than a vector: the whole plane as one run, or across channels), at the
+strides, kernels and batches models use.
 
 `python bench/depthwise.py` prints the table (`make bench` runs it).
 """
@@ -14,7 +14,8 @@ from operators import per_call  # batches ended by a synchronize, after a warm-u
 
 # (batch, channels, plane side, kernel, stride)
 SHAPES = [(1, 32, 112, 3, 1), (32, 32, 56, 3, 1), (8, 144, 28, 5, 1), (4, 40, 16, 7, 1), (2, 96, 60, 7, 1),
-          (32, 96, 56, 3, 2), (64, 240, 7, 5, 1), (4, 160, 4, 7, 1), (16, 17, 33, 3, 1)]
+          (32, 96, 56, 3, 2), (64, 240, 7, 5, 1), (16, 384, 14, 7, 1), (32, 96, 14, 3, 1), (4, 160, 4, 7, 1),
+          (16, 17, 33, 3, 1)]
 
 
 def passes(device, n, c, size, k, stride):

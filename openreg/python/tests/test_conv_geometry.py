@@ -120,6 +120,54 @@ def test_depthwise_convolution_on_wide_rows_matches_cpu(seed):
     assert run_both(fn, [x, w, b]) in (True, None)
 
 
+@pytest.mark.parametrize("seed", range(40))
+def test_depthwise_convolution_on_narrow_planes_matches_cpu(seed):
+    """Depthwise convolutions on rows narrower than a vector, one input per output both ways,
+    which the kernel computes over the whole padded plane at once (outputs that fall between
+    rows computed and dropped); other strides, and planes where that wastes most lanes, take
+    the channels-in-lanes path. Odd sizes, dilation, padding up to the kernel's reach,
+    transposed, channels-last."""
+    rng = random.Random(7000 + seed)
+    dims = rng.choice([1, 2, 2, 2])
+    channels = rng.choice([1, 3, 16, 17, 40])
+    kernel = [rng.randint(1, 7) for _ in range(dims)]
+    dilation = [rng.choice([1, 1, 1, 2]) for _ in range(dims)]
+    stride = [1] * dims if rng.random() < 0.8 else [rng.choice([1, 2]) for _ in range(dims)]
+    padding = [rng.randint(0, k * d) for k, d in zip(kernel, dilation)]
+    size = [rng.randint(1, 15) for _ in range(dims)]
+    x = torch.randn(rng.choice([1, 2, 5]), channels, *size, generator=torch.Generator().manual_seed(seed))
+    if dims == 2 and rng.random() < 0.3:
+        x = x.contiguous(memory_format=torch.channels_last)
+    w = torch.randn(channels, 1, *kernel, generator=torch.Generator().manual_seed(seed + 1))
+    b = torch.randn(channels)
+    if rng.random() < 0.25:
+        fn = lambda x, w, b: CONV_T[dims](x, w, b, stride=stride, padding=padding, dilation=dilation, groups=channels)
+    else:
+        fn = lambda x, w, b: CONV[dims](x, w, b, stride=stride, padding=padding, dilation=dilation, groups=channels)
+    assert run_both(fn, [x, w, b]) in (True, None)
+
+
+def test_depthwise_convolution_on_narrow_planes_carries_infinities_as_on_cpu():
+    """Over a whole plane at once, the outputs computed between rows read the next row's
+    inputs, infinities included: they are dropped, and only the outputs that read an infinity
+    are infinite or NaN, as on CPU."""
+    x = torch.randn(2, 3, 7, 7)
+    x[0, 1, 3, 0] = float("inf")
+    x[1, 2, 6, 6] = float("-inf")
+    w = torch.randn(3, 1, 5, 5)
+    grad = torch.randn(2, 3, 7, 7)
+    grad[1, 0, 0, 6] = float("inf")
+    cpu = torch.ops.aten.convolution_backward(grad, x, w, None, [1, 1], [2, 2], [1, 1], False, [0, 0], 3,
+                                              [True, True, False])
+    dev = torch.ops.aten.convolution_backward(grad.to("openreg"), x.to("openreg"), w.to("openreg"), None, [1, 1],
+                                              [2, 2], [1, 1], False, [0, 0], 3, [True, True, False])
+    forward = [F.conv2d(t, w.to(t.device), padding=2, groups=3).cpu() for t in (x, x.to("openreg"))]
+    for want, got in [(forward[0], forward[1]), *zip(cpu[:2], dev[:2])]:
+        torch.testing.assert_close(got.cpu(), want, rtol=1e-4, atol=1e-4, equal_nan=True)
+    assert torch.isfinite(forward[1][0, 0]).all() and not torch.isfinite(forward[1][0, 1]).all()
+    assert torch.isfinite(dev[0][1, 1]).all() and not torch.isfinite(dev[0][1, 0]).all()
+
+
 def test_depthwise_gradients_on_wide_rows_carry_infinities_as_on_cpu():
     """The weight gradient's last vector of a row reaches past the row's end into the next
     row: an infinity there must not enter a sum it has no part in (0 * inf is NaN)."""

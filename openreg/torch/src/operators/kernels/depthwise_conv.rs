@@ -9,10 +9,11 @@
 //! lanes, with no bounds test, whatever the plane's size, stride or dilation. A loop along one
 //! plane's rows instead is a few elements long on the small planes of a network's last stages.
 //!
-//! On wide planes the rows are long enough, and moving every element into and out of lanes
-//! costs more than the taps. There, 2-D and 1-D convolutions stepping one input per output
-//! along a row take the row path: a plane is copied, zero-padded, into a buffer, and each
-//! output row is a run of consecutive outputs, a vector of them per multiply-add of a tap.
+//! Moving every element into and out of lanes can cost more than the taps. 2-D and 1-D
+//! convolutions stepping one input per output along a row take the row path instead: a plane
+//! is copied, zero-padded, into a buffer, and each output row is a run of consecutive outputs,
+//! a vector of them per multiply-add of a tap. Rows narrower than a vector, one input apart
+//! both ways, are one run over the whole padded plane (the outputs between rows dropped).
 
 use std::ops::Range;
 
@@ -36,11 +37,23 @@ pub(super) fn applies(g: &Geometry) -> bool {
 
 /// Whether [`rows`] computes this pass: planes one deep (2-D or 1-D), outputs one input apart
 /// along a row, rows at least a vector wide; for the input gradient, rows one apart too (it is
-/// then the flipped filter's forward pass over the output gradient).
+/// then the flipped filter's forward pass over the output gradient). Narrower rows: the
+/// forward pass and the input gradient when [`by_plane`] says so.
 fn by_rows(g: &Geometry, op: Conv) -> bool {
     let flat = g.input[0] == 1 && g.output[0] == 1 && g.kernel[0] == 1;
     let across = g.stride[2] == 1 && g.output[2] >= L && g.input[2] >= L;
-    flat && across && (op != Conv::BackwardInput || g.stride[1] == 1)
+    flat && ((across && (op != Conv::BackwardInput || g.stride[1] == 1)) || (op != Conv::BackwardWeight && by_plane(g)))
+}
+
+/// Whether rows narrower than a vector are computed along the whole plane at once (see
+/// `rows::correlate_plane`): outputs one input apart both ways, and at least half of the lanes
+/// computed are outputs (the rest fall between rows, in the padding).
+fn by_plane(g: &Geometry) -> bool {
+    let [_, oh, ow] = g.output;
+    let row = Layout::new(g).ext[2];
+    let narrow = ow < L || g.input[2] < L;
+    let lanes = ((oh.max(1) - 1) * row + ow).div_ceil(L) * L;
+    narrow && g.stride[1] == 1 && g.stride[2] == 1 && oh * ow * g.input[1] * g.input[2] > 0 && lanes <= 2 * oh * ow
 }
 
 /// The padded plane of one block, and where the taps and outputs fall in it.
@@ -337,9 +350,35 @@ mod rows {
         let ([_, ih, iw], [_, oh, ow]) = (g.input, g.output);
         let flipped = Flipped::new(&g);
         let size = if conv.op == Conv::BackwardInput { flipped.ext[0] * flipped.ext[1] } else { layout.ext.iter().product() };
-        // L more: the weight gradient's last vector of a row reads past the plane's last row.
-        let mut buffer = vec![0.0f32; size + L];
         let row = layout.ext[2];
+        // Rows narrower than a vector: the whole plane's outputs at once, in `scratch`.
+        let narrow = ow < L || iw < L;
+        let (mut scratch, mut reach) = (Vec::new(), size);
+        if narrow {
+            let (step, rows, width) = if conv.op == Conv::BackwardInput { (flipped.ext[1], ih, iw) } else { (row, oh, ow) };
+            let vectors = ((rows - 1) * step + width).div_ceil(L);
+            scratch = vec![0.0f32; vectors * L];
+            reach = reach.max(size + vectors * L);
+        }
+        // L more: the weight gradient's last vector of a row reads past the plane's last row.
+        let mut buffer = vec![0.0f32; reach + L];
+        // Per tap, its weight (each unit's own) and where it reads in the buffer.
+        let mut offsets: Vec<(f32, usize)> = if conv.op == Conv::BackwardInput {
+            // Input (y, x) takes tap (ky, kx) of output (y + p - ky d, x + p - kx d): the output
+            // gradient correlated with the flipped filter.
+            let ([lead_y, lead_x], [_, wide]) = (flipped.lead, flipped.ext);
+            let kw = g.kernel[2];
+            (0..taps)
+                .map(|t| {
+                    let (ky, kx) = (t / kw, t % kw);
+                    let down = g.padding[1] + lead_y - ky * g.dilation[1];
+                    (0.0, down * wide + g.padding[2] + lead_x - kx * g.dilation[2])
+                })
+                .collect()
+        } else {
+            layout.taps.iter().map(|&at| (0.0, at)).collect()
+        };
+        let furthest = offsets.iter().map(|&(_, at)| at).max().unwrap_or(0);
         // Plane `c` of sample `n` in a tensor of planes of `len` elements.
         let plane = |at: usize, n: usize, c: usize, len: usize| (at as *mut f32).wrapping_add((n * g.groups + c) * len);
         let weight = |c: usize, t: usize| unsafe { *(conv.weight as *const f32).add(c * taps + t) };
@@ -352,30 +391,35 @@ mod rows {
                     Conv::Forward => {
                         let (n, c) = (unit / g.groups, unit % g.groups);
                         fill(&g, layout, &mut buffer, plane(conv.input, n, c, pixels));
-                        let offsets: Vec<(f32, usize)> = (0..taps).map(|t| (weight(c, t), layout.taps[t])).collect();
+                        for (t, tap) in offsets.iter_mut().enumerate() {
+                            tap.0 = weight(c, t);
+                        }
                         let bias = if conv.bias == 0 { 0.0 } else { *(conv.bias as *const f32).add(c) };
-                        correlate::<FMA>(&buffer, g.stride[1] * row, &offsets, bias, plane(conv.output, n, c, positions), oh, ow);
+                        let out = plane(conv.output, n, c, positions);
+                        if narrow {
+                            correlate_plane::<FMA>(&buffer, row, &offsets, furthest, bias, out, oh, ow, &mut scratch);
+                        } else {
+                            correlate::<FMA>(&buffer, g.stride[1] * row, &offsets, bias, out, oh, ow);
+                        }
                     }
                     Conv::BackwardInput => {
-                        // Input (y, x) takes tap (ky, kx) of output (y + p - ky d, x + p - kx d):
-                        // the output gradient correlated with the flipped filter.
+                        // The buffer's zeros stay: every unit writes the same places.
                         let (n, c) = (unit / g.groups, unit % g.groups);
                         let ([lead_y, lead_x], [_, wide]) = (flipped.lead, flipped.ext);
-                        buffer.fill(0.0);
                         let grad = plane(conv.output, n, c, positions);
                         for y in 0..oh {
                             let to = (y + lead_y) * wide + lead_x;
                             buffer[to..to + ow].copy_from_slice(std::slice::from_raw_parts(grad.add(y * ow), ow));
                         }
-                        let [kh, kw] = [g.kernel[1], g.kernel[2]];
-                        let offsets: Vec<(f32, usize)> = (0..kh * kw)
-                            .map(|t| {
-                                let (ky, kx) = (t / kw, t % kw);
-                                let down = g.padding[1] + lead_y - ky * g.dilation[1];
-                                (weight(c, t), down * wide + g.padding[2] + lead_x - kx * g.dilation[2])
-                            })
-                            .collect();
-                        correlate::<FMA>(&buffer, wide, &offsets, 0.0, plane(conv.input, n, c, pixels), ih, iw);
+                        for (t, tap) in offsets.iter_mut().enumerate() {
+                            tap.0 = weight(c, t);
+                        }
+                        let out = plane(conv.input, n, c, pixels);
+                        if narrow {
+                            correlate_plane::<FMA>(&buffer, wide, &offsets, furthest, 0.0, out, ih, iw, &mut scratch);
+                        } else {
+                            correlate::<FMA>(&buffer, wide, &offsets, 0.0, out, ih, iw);
+                        }
                     }
                     _ => {
                         // Each tap's sum over every output of every sample: per ROWS rows, a
@@ -489,13 +533,13 @@ mod rows {
         v[0] as f64
     }
 
-    /// The padded plane of [`Layout`], one channel: zeros, then the input's rows in place.
+    /// The padded plane of [`Layout`], one channel: the input's rows in place, in a buffer
+    /// whose other elements are zeros (every plane's rows go to the same places).
     ///
     /// # Safety
     /// `input` is a plane of `g.pixels()` elements.
     #[inline(always)]
     unsafe fn fill(g: &Geometry, layout: &Layout, buffer: &mut [f32], input: *const f32) {
-        buffer.fill(0.0);
         let width = g.input[2];
         layout.for_each_input_row(g, |to, from| {
             // SAFETY: the caller's promise.
@@ -539,6 +583,42 @@ mod rows {
         }
     }
 
+    /// [`correlate`] for rows narrower than a vector: the plane's rows, `step` apart in
+    /// `buffer`, are one run of `(rows - 1) * step + width` outputs, of which those between rows
+    /// (in the padding) are computed and dropped. The runs go to `scratch`, then the rows to `out`.
+    ///
+    /// # Safety
+    /// `out` is `rows * width` elements; no tap's offset passes `furthest`.
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn correlate_plane<const FMA: bool>(buffer: &[f32], step: usize, taps: &[(f32, usize)], furthest: usize,
+                                               init: f32, out: *mut f32, rows: usize, width: usize, scratch: &mut [f32]) {
+        let vectors = ((rows - 1) * step + width).div_ceil(L);
+        debug_assert!(taps.iter().all(|&(_, offset)| offset <= furthest));
+        assert!(furthest + vectors * L <= buffer.len() && vectors * L <= scratch.len(), "a tap outside the padded plane");
+        let mut v = 0;
+        // SAFETY: the assert above; `out` is the caller's.
+        unsafe {
+            while v < vectors {
+                // Up to 8 vectors of sums in registers: independent chains of multiply-adds,
+                // as many as are left (a chain of a plane's taps alone waits on each one).
+                let to = scratch.as_mut_ptr().add(v * L);
+                let at = v * L;
+                v += match vectors - v {
+                    1 => run_of::<FMA, 1>(buffer, at, L, taps, init, to, L),
+                    2 => run_of::<FMA, 2>(buffer, at, L, taps, init, to, L),
+                    3 => run_of::<FMA, 3>(buffer, at, L, taps, init, to, L),
+                    4 => run_of::<FMA, 4>(buffer, at, L, taps, init, to, L),
+                    5 => run_of::<FMA, 5>(buffer, at, L, taps, init, to, L),
+                    _ => run_of::<FMA, 6>(buffer, at, L, taps, init, to, L),
+                };
+            }
+            for y in 0..rows {
+                std::ptr::copy_nonoverlapping(scratch.as_ptr().add(y * step), out.add(y * width), width);
+            }
+        }
+    }
+
     /// Output rows taken together by [`correlate`]: each tap's weight, loaded once, serves a
     /// vector on each of them.
     const ROWS: usize = 4;
@@ -550,7 +630,7 @@ mod rows {
     /// Every tap of every row reads inside `buffer`; `out` is the caller's.
     #[inline(always)]
     unsafe fn run_of<const FMA: bool, const R: usize>(buffer: &[f32], at: usize, step: usize, taps: &[(f32, usize)],
-                                                     init: f32, out: *mut f32, width: usize) {
+                                                     init: f32, out: *mut f32, width: usize) -> usize {
         let mut sums = [[init; L]; R];
         for &(w, offset) in taps {
             for (r, sum) in sums.iter_mut().enumerate() {
@@ -564,5 +644,6 @@ mod rows {
         for (r, sum) in sums.iter().enumerate() {
             unsafe { std::ptr::copy_nonoverlapping(sum.as_ptr(), out.add(r * width), L) };
         }
+        R
     }
 }
