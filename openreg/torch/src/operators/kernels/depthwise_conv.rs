@@ -168,7 +168,13 @@ unsafe fn run_units<const FMA: bool>(conv: &Convolution, layout: &Layout, units:
     let blocks = g.groups.div_ceil(L);
     let zero = [0.0f32; L];
     let mut pad = vec![zero; layout.ext.iter().product()];
-    let (mut filter, mut partial, mut grads) = (vec![zero; taps], vec![zero; taps], Vec::new());
+    let (mut filter, mut grads) = (vec![zero; taps], Vec::new());
+    // Independent sums of the weight gradient's products, in registers.
+    const CHAINS: usize = 4;
+    // What the furthest tap of the last output reads, plus one.
+    let reach = layout.outputs.iter().max().map_or(0, |&b| b + layout.taps.iter().max().copied().unwrap_or(0) + 1);
+    // A block's planes in lanes, a vector per pixel, on their way into or out of `pad`.
+    let mut staged = Vec::new();
     // Plane `c` of sample `n` in a tensor of planes of `len` elements.
     let plane = |at: usize, n: usize, c: usize, len: usize| (at as *mut f32).wrapping_add((n * g.groups + c) * len);
     for unit in units {
@@ -180,26 +186,43 @@ unsafe fn run_units<const FMA: bool>(conv: &Convolution, layout: &Layout, units:
             if conv.op == Conv::BackwardWeight {
                 filter.fill(zero);
                 for n in 0..g.batch {
-                    spread(&g, layout, &mut pad, channels.clone(), |c| plane(conv.input, n, c, pixels));
+                    spread(&g, layout, &mut pad, &mut staged, channels.clone(), |c| plane(conv.input, n, c, pixels));
                     gather_all(&mut grads, positions, channels.clone(), |c| plane(conv.output, n, c, positions));
                     // Position by position, each tap's sum once: the taps' sums are independent
                     // (one sum over all positions would be a chain of dependent multiply-adds).
                     // Summed a tile at a time, then the tiles' sums: one running sum over
                     // thousands of positions loses digits CPU's blocked products keep.
-                    for (grads, bases) in grads.chunks(TILE).zip(layout.outputs.chunks(TILE)) {
-                        partial.fill(zero);
-                        for (grad, &base) in grads.iter().zip(bases) {
-                            for (p, &off) in partial.iter_mut().zip(&layout.taps) {
-                                let (x, mut sum) = (pad[base + off], *p);
-                                for l in 0..L {
-                                    sum[l] = mul_add::<FMA>(grad[l], x[l], sum[l]);
+                    assert!(reach <= pad.len() && grads.len() == layout.outputs.len(), "a tap outside the padded plane");
+                    let (pad, grads) = (pad.as_ptr(), grads.as_ptr());
+                    for (tile, bases) in layout.outputs.chunks(TILE).enumerate() {
+                        let grads = grads.add(tile * TILE);
+                        for (f, &off) in filter.iter_mut().zip(&layout.taps) {
+                            let mut sums = [zero; CHAINS];
+                            let whole = bases.len() / CHAINS * CHAINS;
+                            let mut p = 0;
+                            while p < whole {
+                                for (k, sum) in sums.iter_mut().enumerate() {
+                                    // Whole vectors in and out (updated in place, lane by lane,
+                                    // the compiler kept them scalar).
+                                    let (g, x, mut s) = (*grads.add(p + k), *pad.add(*bases.get_unchecked(p + k) + off), *sum);
+                                    for l in 0..L {
+                                        s[l] = mul_add::<FMA>(g[l], x[l], s[l]);
+                                    }
+                                    *sum = s;
                                 }
-                                *p = sum;
+                                p += CHAINS;
                             }
-                        }
-                        for (f, p) in filter.iter_mut().zip(&partial) {
+                            while p < bases.len() {
+                                let (g, x, mut s) = (*grads.add(p), *pad.add(*bases.get_unchecked(p) + off), sums[0]);
+                                for l in 0..L {
+                                    s[l] = mul_add::<FMA>(g[l], x[l], s[l]);
+                                }
+                                sums[0] = s;
+                                p += 1;
+                            }
+                            let [s0, s1, s2, s3] = sums;
                             for l in 0..L {
-                                f[l] += p[l];
+                                f[l] += (s0[l] + s1[l]) + (s2[l] + s3[l]);
                             }
                         }
                     }
@@ -215,7 +238,7 @@ unsafe fn run_units<const FMA: bool>(conv: &Convolution, layout: &Layout, units:
                 *f = gather(channels.clone(), |c| *(conv.weight as *const f32).add(c * taps + tap));
             }
             if conv.op == Conv::Forward {
-                spread(&g, layout, &mut pad, channels.clone(), |c| plane(conv.input, n, c, pixels));
+                spread(&g, layout, &mut pad, &mut staged, channels.clone(), |c| plane(conv.input, n, c, pixels));
                 let bias = if conv.bias == 0 { zero } else { gather(channels.clone(), |c| *(conv.bias as *const f32).add(c)) };
                 // Tap by tap over all the positions: the positions' sums are independent, where
                 // a position's sum over its taps is one chain of dependent multiply-adds.
@@ -233,12 +256,8 @@ unsafe fn run_units<const FMA: bool>(conv: &Convolution, layout: &Layout, units:
                         }
                     }
                 }
-                for (l, c) in channels.clone().enumerate() {
-                    let out = plane(conv.output, n, c, positions);
-                    for (pos, sum) in grads.iter().enumerate() {
-                        *out.add(pos) = sum[l];
-                    }
-                }
+                let outs: Vec<*mut f32> = channels.clone().map(|c| plane(conv.output, n, c, positions)).collect();
+                from_lanes(&grads, &outs);
             } else {
                 // The input gradient: each output's gradient, times each tap, back onto what
                 // that tap read; what lands on padding is dropped.
@@ -258,53 +277,138 @@ unsafe fn run_units<const FMA: bool>(conv: &Convolution, layout: &Layout, units:
                     }
                 }
                 let planes: Vec<*mut f32> = channels.clone().map(|c| plane(conv.input, n, c, pixels)).collect();
-                layout.for_each_input_row(&g, |from, to| {
-                    for (x, lanes) in pad[from..from + g.input[2]].iter().enumerate() {
-                        for (l, p) in planes.iter().enumerate() {
-                            *p.add(to + x) = lanes[l];
-                        }
-                    }
-                });
+                staged.resize(pixels, zero);
+                let width = g.input[2];
+                layout.for_each_input_row(&g, |from, to| staged[to..to + width].copy_from_slice(&pad[from..from + width]));
+                from_lanes(&staged, &planes);
             }
         }
     }
 }
 
-/// Copies the block's input planes into the padded plane, channel `c` into its lane (zeros
-/// around them, and in the lanes of a last block's missing channels): a row at a time, all the
-/// block's planes side by side, so that the padded plane is written in order.
+/// Copies the block's input planes into the padded plane, channel `c` into its lane (zeros in
+/// the lanes of a last block's missing channels): the planes into lanes (`staged`, a vector per
+/// pixel), then a row of vectors at a time into place. Only the input's rows are written: the
+/// zeros around them stay from the first block.
 ///
 /// # Safety
 /// `plane(c)` is channel `c`'s plane, `pixels()` elements.
 #[inline(always)]
-unsafe fn spread(g: &Geometry, layout: &Layout, pad: &mut [Lanes], channels: Range<usize>, plane: impl Fn(usize) -> *mut f32) {
-    pad.fill([0.0; L]);
-    let planes: Vec<*mut f32> = channels.map(plane).collect();
-    layout.for_each_input_row(g, |to, from| {
-        for (x, lanes) in pad[to..to + g.input[2]].iter_mut().enumerate() {
-            for (l, p) in planes.iter().enumerate() {
-                // SAFETY: the caller's promise.
-                lanes[l] = unsafe { *p.add(from + x) };
-            }
-        }
-    });
+unsafe fn spread(g: &Geometry, layout: &Layout, pad: &mut [Lanes], staged: &mut Vec<Lanes>, channels: Range<usize>,
+                 plane: impl Fn(usize) -> *mut f32) {
+    let planes: Vec<*const f32> = channels.map(|c| plane(c) as *const f32).collect();
+    // SAFETY: the caller's promise.
+    unsafe { to_lanes(&planes, g.pixels(), staged) };
+    let width = g.input[2];
+    layout.for_each_input_row(g, |to, from| pad[to..to + width].copy_from_slice(&staged[from..from + width]));
 }
 
-/// The block's output gradient, a vector of its channels per position (see [`gather`]).
+/// The block's output gradient, a vector of its channels per position.
 ///
 /// # Safety
 /// `plane(c)` is channel `c`'s plane, `positions` elements.
 #[inline(always)]
 unsafe fn gather_all(grads: &mut Vec<Lanes>, positions: usize, channels: Range<usize>, plane: impl Fn(usize) -> *mut f32) {
-    grads.clear();
-    grads.resize(positions, [0.0; L]);
-    for (l, c) in channels.enumerate() {
-        let from = plane(c);
-        for (pos, lanes) in grads.iter_mut().enumerate() {
+    let planes: Vec<*const f32> = channels.map(|c| plane(c) as *const f32).collect();
+    // SAFETY: the caller's promise.
+    unsafe { to_lanes(&planes, positions, grads) };
+}
+
+/// `lanes[p][l] = planes[l][p]` for the `len` elements of each plane (zero in the lanes past the
+/// last plane): 16 by 16 elements at a time, transposed in registers.
+///
+/// # Safety
+/// Each plane holds `len` floats.
+#[inline(always)]
+unsafe fn to_lanes(planes: &[*const f32], len: usize, lanes: &mut Vec<Lanes>) {
+    lanes.clear();
+    let whole = len / L * L;
+    let mut block = [[0.0f32; L]; L];
+    for p in (0..whole).step_by(L) {
+        for (row, &plane) in block.iter_mut().zip(planes) {
             // SAFETY: the caller's promise.
-            lanes[l] = unsafe { *from.add(pos) };
+            *row = unsafe { plane.add(p).cast::<Lanes>().read_unaligned() };
+        }
+        lanes.extend_from_slice(&transpose(&block));
+    }
+    // SAFETY (each read): the caller's promise.
+    lanes.extend((whole..len).map(|p| gather(0..planes.len(), |l| unsafe { *planes[l].add(p) })));
+}
+
+/// `planes[l][p] = lanes[p][l]` for each plane, the inverse of [`to_lanes`].
+///
+/// # Safety
+/// Each plane holds `lanes.len()` floats, and no one else writes them meanwhile.
+#[inline(always)]
+unsafe fn from_lanes(lanes: &[Lanes], planes: &[*mut f32]) {
+    let whole = lanes.len() / L * L;
+    for p in (0..whole).step_by(L) {
+        let block = transpose(lanes[p..p + L].try_into().expect("a block of 16"));
+        for (row, &plane) in block.iter().zip(planes) {
+            // SAFETY: the caller's promise.
+            unsafe { plane.add(p).cast::<Lanes>().write_unaligned(*row) };
         }
     }
+    for (l, &plane) in planes.iter().enumerate() {
+        for (p, v) in lanes.iter().enumerate().skip(whole) {
+            // SAFETY: the caller's promise.
+            unsafe { *plane.add(p) = v[l] };
+        }
+    }
+}
+
+/// `out[j][i] = rows[i][j]`: with AVX-512, 64 shuffles in registers instead of 256 moves.
+#[inline(always)]
+fn transpose(rows: &[Lanes; L]) -> [Lanes; L] {
+    #[cfg(target_arch = "x86_64")]
+    if matches!(simd(), Simd::Avx512) {
+        // SAFETY: the CPU has AVX-512F.
+        return unsafe { transpose_avx512(rows) };
+    }
+    std::array::from_fn(|j| std::array::from_fn(|i| rows[i][j]))
+}
+
+/// [`transpose`]: floats interleaved in pairs of rows, then pairs of floats in fours of rows
+/// (each 128-bit lane then holds one column of four rows), then the 128-bit lanes of four
+/// vectors transposed.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn transpose_avx512(rows: &[Lanes; L]) -> [Lanes; L] {
+    use std::arch::x86_64::*;
+    let mut out = [[0.0f32; L]; L];
+    // SAFETY: loads and stores of whole rows of `rows` and `out`.
+    unsafe {
+        let mut a = [_mm512_setzero_ps(); L];
+        for i in 0..L {
+            a[i] = _mm512_loadu_ps(rows[i].as_ptr());
+        }
+        let mut t = [_mm512_setzero_ps(); L];
+        for k in 0..L / 2 {
+            t[2 * k] = _mm512_unpacklo_ps(a[2 * k], a[2 * k + 1]);
+            t[2 * k + 1] = _mm512_unpackhi_ps(a[2 * k], a[2 * k + 1]);
+        }
+        // u[4k + c], lane q: column 4q + c of rows 4k..4k + 4.
+        let mut u = [_mm512_setzero_ps(); L];
+        for k in 0..L / 4 {
+            let pd = |v: __m512| _mm512_castps_pd(v);
+            u[4 * k] = _mm512_castpd_ps(_mm512_unpacklo_pd(pd(t[4 * k]), pd(t[4 * k + 2])));
+            u[4 * k + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(pd(t[4 * k]), pd(t[4 * k + 2])));
+            u[4 * k + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(pd(t[4 * k + 1]), pd(t[4 * k + 3])));
+            u[4 * k + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(pd(t[4 * k + 1]), pd(t[4 * k + 3])));
+        }
+        for c in 0..4 {
+            let (u0, u1, u2, u3) = (u[c], u[4 + c], u[8 + c], u[12 + c]);
+            let v0 = _mm512_shuffle_f32x4::<0x44>(u0, u1);
+            let v1 = _mm512_shuffle_f32x4::<0xEE>(u0, u1);
+            let v2 = _mm512_shuffle_f32x4::<0x44>(u2, u3);
+            let v3 = _mm512_shuffle_f32x4::<0xEE>(u2, u3);
+            _mm512_storeu_ps(out[c].as_mut_ptr(), _mm512_shuffle_f32x4::<0x88>(v0, v2));
+            _mm512_storeu_ps(out[4 + c].as_mut_ptr(), _mm512_shuffle_f32x4::<0xDD>(v0, v2));
+            _mm512_storeu_ps(out[8 + c].as_mut_ptr(), _mm512_shuffle_f32x4::<0x88>(v1, v3));
+            _mm512_storeu_ps(out[12 + c].as_mut_ptr(), _mm512_shuffle_f32x4::<0xDD>(v1, v3));
+        }
+    }
+    out
 }
 
 /// One value per channel of the block, in its lane (zero in a last block's missing lanes).
