@@ -8,6 +8,7 @@
 //! elements are 16 channels each, so that every tap of every output is one multiply-add of 16
 //! lanes, with no bounds test, whatever the plane's size, stride or dilation. A loop along one
 //! plane's rows instead is a few elements long on the small planes of a network's last stages.
+//! The planes go into and out of lanes 16 by 16 elements, a block transposed in registers.
 //!
 //! Moving every element into and out of lanes can cost more than the taps. 2-D and 1-D
 //! convolutions stepping one input per output along a row take the row path instead: a plane
@@ -29,6 +30,8 @@ const L: usize = 16;
 type Lanes = [f32; L];
 /// Output positions taken together, tap by tap: their 64-byte sums (4 KB) stay in L1.
 const TILE: usize = 64;
+/// Independent sums in registers: four chains of multiply-adds hide each one's latency.
+const CHAINS: usize = 4;
 
 /// Whether `g` is depthwise: what [`run`] computes.
 pub(super) fn applies(g: &Geometry) -> bool {
@@ -169,8 +172,6 @@ unsafe fn run_units<const FMA: bool>(conv: &Convolution, layout: &Layout, units:
     let zero = [0.0f32; L];
     let mut pad = vec![zero; layout.ext.iter().product()];
     let (mut filter, mut grads) = (vec![zero; taps], Vec::new());
-    // Independent sums of the weight gradient's products, in registers.
-    const CHAINS: usize = 4;
     // What the furthest tap of the last output reads, plus one.
     let reach = layout.outputs.iter().max().map_or(0, |&b| b + layout.taps.iter().max().copied().unwrap_or(0) + 1);
     // A block's planes in lanes, a vector per pixel, on their way into or out of `pad`.
@@ -240,21 +241,29 @@ unsafe fn run_units<const FMA: bool>(conv: &Convolution, layout: &Layout, units:
             if conv.op == Conv::Forward {
                 spread(&g, layout, &mut pad, &mut staged, channels.clone(), |c| plane(conv.input, n, c, pixels));
                 let bias = if conv.bias == 0 { zero } else { gather(channels.clone(), |c| *(conv.bias as *const f32).add(c)) };
-                // Tap by tap over all the positions: the positions' sums are independent, where
-                // a position's sum over its taps is one chain of dependent multiply-adds.
-                // In tiles of positions whose sums stay in L1 while the taps pass over them.
+                // Four positions at a time, their sums in registers while the taps pass over
+                // them: four independent chains of multiply-adds.
                 grads.clear();
                 grads.resize(positions, bias);
-                for (sums, bases) in grads.chunks_mut(TILE).zip(layout.outputs.chunks(TILE)) {
+                assert!(reach <= pad.len(), "a tap outside the padded plane");
+                let (pad, bases) = (pad.as_ptr(), &layout.outputs);
+                let mut p = 0;
+                while p < positions {
+                    let group = if positions - p >= CHAINS { CHAINS } else { 1 };
+                    let mut sums = [bias; CHAINS];
                     for (&f, &off) in filter.iter().zip(&layout.taps) {
-                        for (acc, &base) in sums.iter_mut().zip(bases) {
-                            let (x, mut sum) = (pad[base + off], *acc);
+                        for (k, sum) in sums.iter_mut().enumerate().take(group) {
+                            // Whole vectors in and out (updated in place, lane by lane, the
+                            // compiler kept them scalar); SAFETY: the assert above.
+                            let (x, mut s) = (*pad.add(bases[p + k] + off), *sum);
                             for l in 0..L {
-                                sum[l] = mul_add::<FMA>(f[l], x[l], sum[l]);
+                                s[l] = mul_add::<FMA>(f[l], x[l], s[l]);
                             }
-                            *acc = sum;
+                            *sum = s;
                         }
                     }
+                    grads[p..p + group].copy_from_slice(&sums[..group]);
+                    p += group;
                 }
                 let outs: Vec<*mut f32> = channels.clone().map(|c| plane(conv.output, n, c, positions)).collect();
                 from_lanes(&grads, &outs);
@@ -781,5 +790,41 @@ mod rows {
             unsafe { std::ptr::copy_nonoverlapping(sum.as_ptr(), out.add(r * width), L) };
         }
         R
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_block_transposes_as_element_by_element() {
+        let rows: [Lanes; L] = std::array::from_fn(|i| std::array::from_fn(|j| (i * L + j) as f32));
+        let out = transpose(&rows);
+        for i in 0..L {
+            for j in 0..L {
+                assert_eq!(out[j][i], rows[i][j], "element ({i}, {j})");
+            }
+        }
+    }
+
+    #[test]
+    fn planes_go_into_lanes_and_back_with_a_partial_block_and_missing_channels() {
+        // 3 planes of 37 elements: two whole blocks of 16 positions and a tail of 5.
+        let planes: Vec<Vec<f32>> = (0..3).map(|c| (0..37).map(|p| (c * 100 + p) as f32).collect()).collect();
+        let from: Vec<*const f32> = planes.iter().map(|p| p.as_ptr()).collect();
+        let mut lanes = Vec::new();
+        // SAFETY: each plane holds 37 floats.
+        unsafe { to_lanes(&from, 37, &mut lanes) };
+        assert_eq!(lanes.len(), 37);
+        for (p, v) in lanes.iter().enumerate() {
+            assert_eq!(v[..3], [p as f32, (100 + p) as f32, (200 + p) as f32]);
+            assert!(v[3..].iter().all(|&x| x == 0.0), "lanes past the last channel are zero");
+        }
+        let mut back = vec![vec![0.0f32; 37]; 3];
+        let to: Vec<*mut f32> = back.iter_mut().map(|p| p.as_mut_ptr()).collect();
+        // SAFETY: each plane holds 37 floats.
+        unsafe { from_lanes(&lanes, &to) };
+        assert_eq!(back, planes);
     }
 }
