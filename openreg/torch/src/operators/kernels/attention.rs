@@ -7,7 +7,9 @@
 use openreg_runtime as rt;
 
 use super::dtype::{self, Dtype, write};
-use super::math::dot;
+use super::math::{dot, exp};
+#[cfg(target_arch = "x86_64")]
+use super::softmax::{Simd, simd};
 use super::thread_pool;
 use super::{launch, view};
 use crate::error::{Failure, Result};
@@ -114,6 +116,7 @@ impl Attention {
     ///
     /// # Safety
     /// The launch checked the rows' extent.
+    #[inline(always)]
     unsafe fn rows(&self, slot: usize, which: Input, b: usize, h: usize, count: usize, width: usize) -> Vec<f32> {
         let st = &self.shape.input_strides[which as usize * 3..which as usize * 3 + 3];
         let (ptr, dt) = self.slots[slot];
@@ -133,6 +136,7 @@ impl Attention {
 
     /// Row `i` of head `h` of sample `b`: `scale * q . k_j`, plus the mask, -inf above the
     /// diagonal when causal.
+    #[inline(always)]
     fn scores(&self, b: usize, h: usize, i: usize, q: &[f32], k: &[f32], scores: &mut [f32], mask_row: &mut Vec<f32>) {
         let [_, _, _, _, keys, d, _] = self.dims();
         let scale = self.shape.scale as f32;
@@ -162,23 +166,53 @@ impl Attention {
         let per_unit = heads / kv_heads.max(1) * rows.max(1) * keys.max(1) * (d + dv);
         let parts = thread_pool::threads().min((units * per_unit).div_ceil(1 << 15)).min(units).max(1);
         thread_pool::run(parts, |p| {
-            for unit in thread_pool::share(p, parts, units) {
-                // SAFETY: a unit writes only its own heads' rows (and its key/value head's
-                // gradients); the launch checked every operand's size.
-                unsafe {
-                    if backward { self.backward_unit(unit) } else { self.forward_unit(unit) }
+            let units = thread_pool::share(p, parts, units);
+            // SAFETY: a unit writes only its own heads' rows (and its key/value head's
+            // gradients); the launch checked every operand's size. The CPU has the features
+            // simd() found.
+            unsafe {
+                #[cfg(target_arch = "x86_64")]
+                match simd() {
+                    Simd::Avx512 => return self.units_avx512(units, backward),
+                    Simd::Avx2 => return self.units_avx2(units, backward),
+                    Simd::Baseline => {}
                 }
+                self.units(units, backward)
             }
         });
     }
 
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx512f,avx2,fma")]
+    unsafe fn units_avx512(&self, units: std::ops::Range<usize>, backward: bool) {
+        unsafe { self.units(units, backward) }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn units_avx2(&self, units: std::ops::Range<usize>, backward: bool) {
+        unsafe { self.units(units, backward) }
+    }
+
+    /// # Safety
+    /// As for the units' functions.
+    #[inline(always)]
+    unsafe fn units(&self, units: std::ops::Range<usize>, backward: bool) {
+        for unit in units {
+            unsafe {
+                if backward { self.backward_unit(unit) } else { self.forward_unit(unit) }
+            }
+        }
+    }
+
     /// Every query head of key/value head `unit % kv_heads` of sample `unit / kv_heads`.
+    #[inline(always)]
     unsafe fn forward_unit(&self, unit: usize) {
         let [_, heads, kv_heads, rows, keys, d, dv] = self.dims();
         let (b, g) = (unit / kv_heads, unit % kv_heads);
         let group = heads / kv_heads;
         let (out, lse) = (self.slots[0], self.slots[1]);
-        let mut ob = Vec::new();
+        let (mut ob, mut o_rows) = (Vec::new(), Vec::new());
         let (mut scores, mut mask_row) = (vec![0f32; keys], Vec::new());
         unsafe {
             let k = self.rows(3, Input::K, b, g, keys, d);
@@ -187,36 +221,42 @@ impl Attention {
                 let head = b * heads + h;
                 let q = self.rows(2, Input::Q, b, h, rows, d);
                 let mut lse_rows = vec![0f32; rows];
-                write(out, head * rows * dv, rows * dv, &mut ob, |o| {
-                    for i in 0..rows {
-                        self.scores(b, h, i, &q[i * d..(i + 1) * d], &k, &mut scores, &mut mask_row);
-                        let max = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-                        let row = &mut o[i * dv..(i + 1) * dv];
-                        row.fill(0.0);
-                        if max == f32::NEG_INFINITY {
-                            // Every key masked: the math path's softmax gives NaN.
-                            row.fill(f32::NAN);
-                            lse_rows[i] = f32::NEG_INFINITY;
-                            continue;
-                        }
-                        let mut total = 0f32;
-                        for (j, s) in scores.iter().enumerate() {
-                            let e = (s - max).exp();
-                            total += e;
-                            if e != 0.0 {
-                                axpy(e, &v[j * dv..(j + 1) * dv], row);
-                            }
-                        }
-                        row.iter_mut().for_each(|x| *x /= total);
-                        lse_rows[i] = max + total.ln();
+                // Computed here and copied out after, as in the backward.
+                let o = &mut o_rows;
+                o.clear();
+                o.resize(rows * dv, 0.0);
+                for i in 0..rows {
+                    self.scores(b, h, i, &q[i * d..(i + 1) * d], &k, &mut scores, &mut mask_row);
+                    let max = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+                    let row = &mut o[i * dv..(i + 1) * dv];
+                    row.fill(0.0);
+                    if max == f32::NEG_INFINITY {
+                        // Every key masked: the math path's softmax gives NaN.
+                        row.fill(f32::NAN);
+                        lse_rows[i] = f32::NEG_INFINITY;
+                        continue;
                     }
-                });
+                    for s in scores.iter_mut() {
+                        *s = exp(*s - max);
+                    }
+                    let mut total = 0f32;
+                    for (j, &e) in scores.iter().enumerate() {
+                        total += e;
+                        if e != 0.0 {
+                            axpy(e, &v[j * dv..(j + 1) * dv], row);
+                        }
+                    }
+                    row.iter_mut().for_each(|x| *x /= total);
+                    lse_rows[i] = max + total.ln();
+                }
+                write(out, head * rows * dv, rows * dv, &mut ob, |out| out.copy_from_slice(o));
                 let lse_out = std::slice::from_raw_parts_mut((lse.0 as *mut f32).add(head * rows), rows);
                 lse_out.copy_from_slice(&lse_rows);
             }
         }
     }
 
+    #[inline(always)]
     unsafe fn backward_unit(&self, unit: usize) {
         let [_, heads, kv_heads, rows, keys, d, dv] = self.dims();
         let (b, g) = (unit / kv_heads, unit % kv_heads);
@@ -226,7 +266,7 @@ impl Attention {
         let scale = self.shape.scale as f32;
         let mut scratch = Vec::new();
         let (mut scores, mut mask_row, mut dp) = (vec![0f32; keys], Vec::new(), vec![0f32; keys]);
-        let (mut gk, mut gv) = (vec![0f32; keys * d], vec![0f32; keys * dv]);
+        let (mut gk, mut gv, mut gq) = (vec![0f32; keys * d], vec![0f32; keys * dv], Vec::new());
         unsafe {
             let kv = b * kv_heads + g;
             let k = self.rows(5, Input::K, b, g, keys, d);
@@ -236,31 +276,35 @@ impl Attention {
                 let q = self.rows(4, Input::Q, b, h, rows, d);
                 let grad = self.rows(3, Input::GradOut, b, h, rows, dv);
                 let lse_rows = std::slice::from_raw_parts((lse.0 as *const f32).add(head * rows), rows);
-                write(dq, head * rows * d, rows * d, &mut scratch, |gq| {
-                    gq.fill(0.0);
-                    for i in 0..rows {
-                        let (qi, gi) = (&q[i * d..(i + 1) * d], &grad[i * dv..(i + 1) * dv]);
-                        self.scores(b, h, i, qi, &k, &mut scores, &mut mask_row);
-                        // P (the forward's probabilities, from its log-sum-exp) and dP = dO V^T.
-                        let mut dot_sum = 0f32;
-                        for j in 0..keys {
-                            scores[j] = (scores[j] - lse_rows[i]).exp();
-                            dp[j] = dot(gi, &v[j * dv..(j + 1) * dv]);
-                            dot_sum += scores[j] * dp[j];
-                        }
-                        let gq_row = &mut gq[i * d..(i + 1) * d];
-                        for j in 0..keys {
-                            let p = scores[j];
-                            if p == 0.0 {
-                                continue; // masked: no gradient anywhere
-                            }
-                            let ds = p * (dp[j] - dot_sum);
-                            axpy(scale * ds, &k[j * d..(j + 1) * d], gq_row);
-                            axpy(scale * ds, qi, &mut gk[j * d..(j + 1) * d]);
-                            axpy(p, gi, &mut gv[j * dv..(j + 1) * dv]);
-                        }
+                // Computed here and copied out after: a closure given to `write` would be
+                // compiled without the SIMD features of the function that inlines this one.
+                gq.clear();
+                gq.resize(rows * d, 0.0);
+                for i in 0..rows {
+                    let (qi, gi) = (&q[i * d..(i + 1) * d], &grad[i * dv..(i + 1) * dv]);
+                    self.scores(b, h, i, qi, &k, &mut scores, &mut mask_row);
+                    // P (the forward's probabilities, from its log-sum-exp) and dP = dO V^T.
+                    for s in scores.iter_mut() {
+                        *s = exp(*s - lse_rows[i]);
                     }
-                });
+                    let mut dot_sum = 0f32;
+                    for j in 0..keys {
+                        dp[j] = dot(gi, &v[j * dv..(j + 1) * dv]);
+                        dot_sum += scores[j] * dp[j];
+                    }
+                    let gq_row = &mut gq[i * d..(i + 1) * d];
+                    for j in 0..keys {
+                        let p = scores[j];
+                        if p == 0.0 {
+                            continue; // masked: no gradient anywhere
+                        }
+                        let ds = p * (dp[j] - dot_sum);
+                        axpy(scale * ds, &k[j * d..(j + 1) * d], gq_row);
+                        axpy(scale * ds, qi, &mut gk[j * d..(j + 1) * d]);
+                        axpy(p, gi, &mut gv[j * dv..(j + 1) * dv]);
+                    }
+                }
+                write(dq, head * rows * d, rows * d, &mut scratch, |out| out.copy_from_slice(&gq));
             }
             write(dk, kv * keys * d, keys * d, &mut scratch, |out| out.copy_from_slice(&gk));
             write(dv_slot, kv * keys * dv, keys * dv, &mut scratch, |out| out.copy_from_slice(&gv));

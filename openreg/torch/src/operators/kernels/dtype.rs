@@ -147,12 +147,19 @@ pub(crate) unsafe fn read(slot: (usize, Dtype), first: usize, len: usize, scratc
 #[inline(always)]
 pub(crate) unsafe fn write(slot: (usize, Dtype), first: usize, len: usize, scratch: &mut Vec<f32>, f: impl FnOnce(&mut [f32])) {
     let (ptr, dt) = slot;
-    if dt == Dtype::Float {
-        return f(unsafe { std::slice::from_raw_parts_mut((ptr as *mut f32).add(first), len) });
+    // One call of `f`, so that it is inlined here, and compiled with the caller's features (a
+    // closure is compiled with those of the function that defines it).
+    let float = dt == Dtype::Float;
+    let target = if float {
+        unsafe { std::slice::from_raw_parts_mut((ptr as *mut f32).add(first), len) }
+    } else {
+        scratch.resize(len, 0.0);
+        &mut scratch[..]
+    };
+    f(target);
+    if !float {
+        unsafe { store(dt, (ptr + first * dt.size()) as *mut u8, dt.size() as isize, scratch) };
     }
-    scratch.resize(len, 0.0);
-    f(scratch);
-    unsafe { store(dt, (ptr + first * dt.size()) as *mut u8, dt.size() as isize, scratch) };
 }
 
 #[inline(always)]
