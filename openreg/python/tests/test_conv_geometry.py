@@ -94,6 +94,22 @@ def test_pooling_geometries_match_cpu(seed):
     run_both(lambda x: F.avg_pool2d(x, kernel, stride, padding, ceil_mode=ceil, count_include_pad=include_pad), [x])
 
 
+def assert_depthwise_matches_cpu(rng, seed, channels, kernel, dilation, stride, padding, size, batches):
+    """One depthwise convolution of the geometry, its batch drawn from `batches`: channels-last
+    in some cases, transposed in a quarter; forward and gradients against CPU."""
+    dims = len(size)
+    x = torch.randn(rng.choice(batches), channels, *size, generator=torch.Generator().manual_seed(seed))
+    if dims == 2 and rng.random() < 0.3:
+        x = x.contiguous(memory_format=torch.channels_last)
+    w = torch.randn(channels, 1, *kernel, generator=torch.Generator().manual_seed(seed + 1))
+    b = torch.randn(channels)
+    if rng.random() < 0.25:
+        fn = lambda x, w, b: CONV_T[dims](x, w, b, stride=stride, padding=padding, dilation=dilation, groups=channels)
+    else:
+        fn = lambda x, w, b: CONV[dims](x, w, b, stride=stride, padding=padding, dilation=dilation, groups=channels)
+    assert run_both(fn, [x, w, b]) in (True, None)
+
+
 @pytest.mark.parametrize("seed", range(40))
 def test_depthwise_convolution_on_wide_rows_matches_cpu(seed):
     """Depthwise 1-D and 2-D convolutions on rows of 16 outputs or more, which the kernel
@@ -108,16 +124,7 @@ def test_depthwise_convolution_on_wide_rows_matches_cpu(seed):
     stride = [rng.choice([1, 2, 3]) for _ in range(dims - 1)] + [rng.choice([1, 1, 1, 2])]
     padding = [rng.randint(0, k * d) for k, d in zip(kernel, dilation)]
     size = [rng.randint(1, 24) for _ in range(dims - 1)] + [rng.randint(16, 70)]
-    x = torch.randn(rng.choice([1, 2, 3]), channels, *size, generator=torch.Generator().manual_seed(seed))
-    if dims == 2 and rng.random() < 0.3:
-        x = x.contiguous(memory_format=torch.channels_last)
-    w = torch.randn(channels, 1, *kernel, generator=torch.Generator().manual_seed(seed + 1))
-    b = torch.randn(channels)
-    if rng.random() < 0.25:
-        fn = lambda x, w, b: CONV_T[dims](x, w, b, stride=stride, padding=padding, dilation=dilation, groups=channels)
-    else:
-        fn = lambda x, w, b: CONV[dims](x, w, b, stride=stride, padding=padding, dilation=dilation, groups=channels)
-    assert run_both(fn, [x, w, b]) in (True, None)
+    assert_depthwise_matches_cpu(rng, seed, channels, kernel, dilation, stride, padding, size, [1, 2, 3])
 
 
 @pytest.mark.parametrize("seed", range(40))
@@ -135,16 +142,7 @@ def test_depthwise_convolution_on_narrow_planes_matches_cpu(seed):
     stride = [1] * dims if rng.random() < 0.8 else [rng.choice([1, 2]) for _ in range(dims)]
     padding = [rng.randint(0, k * d) for k, d in zip(kernel, dilation)]
     size = [rng.randint(1, 15) for _ in range(dims)]
-    x = torch.randn(rng.choice([1, 2, 5]), channels, *size, generator=torch.Generator().manual_seed(seed))
-    if dims == 2 and rng.random() < 0.3:
-        x = x.contiguous(memory_format=torch.channels_last)
-    w = torch.randn(channels, 1, *kernel, generator=torch.Generator().manual_seed(seed + 1))
-    b = torch.randn(channels)
-    if rng.random() < 0.25:
-        fn = lambda x, w, b: CONV_T[dims](x, w, b, stride=stride, padding=padding, dilation=dilation, groups=channels)
-    else:
-        fn = lambda x, w, b: CONV[dims](x, w, b, stride=stride, padding=padding, dilation=dilation, groups=channels)
-    assert run_both(fn, [x, w, b]) in (True, None)
+    assert_depthwise_matches_cpu(rng, seed, channels, kernel, dilation, stride, padding, size, [1, 2, 5])
 
 
 def test_depthwise_convolution_on_narrow_planes_carries_infinities_as_on_cpu():
