@@ -151,12 +151,12 @@ at::Tensor dropout_backward(const at::Tensor& grad, const at::Tensor& mask, doub
 }
 // ANCHOR_END: dropout
 
-// The Rust kernel (kernels/attention.rs) walks a query row at a time: for the few, short rows
-// of a small model's heads it beats a chain of device operators; anything larger is the matrix
-// kernel's (our CPU tuning, measured per head as query rows x keys x head size: a vendor's
-// kernel tiles instead). It takes no dropout, and no bias whose gradient is asked for (its
-// backward does not form dS).
-constexpr int64_t kRowKernelWork = 1 << 13;
+// The Rust kernel (kernels/attention.rs) takes one head at a time, its products in registers:
+// up to 64 x 64 query rows by keys at a head size of 64 it beats a chain of device operators;
+// anything larger is the matrix kernel's (our CPU tuning, measured per head as query rows x
+// keys x head size: a vendor's kernel tiles instead). It takes no dropout, and no bias whose
+// gradient is asked for (its backward does not form dS).
+constexpr int64_t kRowKernelWork = 1 << 18;
 
 bool row_kernel_applies(const at::Tensor& q, const at::Tensor& k, const std::optional<at::Tensor>& bias,
                         double dropout_p) {

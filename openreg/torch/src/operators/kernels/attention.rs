@@ -1,13 +1,14 @@
-//! Scaled dot-product attention, forward and backward, one query row at a time (the way a
-//! flash-attention kernel walks it, without the tiling a GPU needs): the scores of a row, its
-//! softmax and its log-sum-exp (kept for the backward), in float32 whatever the dtype. Query
-//! heads that share a key/value head (grouped-query attention) are one unit of work, so the
-//! key/value gradients of a group are summed without races.
+//! Scaled dot-product attention, forward and backward, a head at a time: the scores of every
+//! query row against the keys (transposed, so that a row's scores are vectors along the keys),
+//! each row's softmax and log-sum-exp (kept for the backward), then the products with the
+//! values, in float32 whatever the dtype. Query heads that share a key/value head
+//! (grouped-query attention) are one unit of work, so the key/value gradients of a group are
+//! summed without races.
 
 use openreg_runtime as rt;
 
 use super::dtype::{self, Dtype, write};
-use super::math::{dot, exp};
+use super::math::{dot, exp_with, mul_add};
 #[cfg(target_arch = "x86_64")]
 use super::softmax::{Simd, simd};
 use super::thread_pool;
@@ -95,9 +96,144 @@ pub(crate) struct Attention {
     pub mask: Option<Slot>,
 }
 
-fn axpy(alpha: f32, x: &[f32], y: &mut [f32]) {
-    for (y, x) in y.iter_mut().zip(x) {
-        *y += alpha * x;
+/// `x`'s `count` rows of `width` as rows of `padded` (a multiple of 16), zero past `width`:
+/// the right-hand operand of [`products`].
+fn padded_rows(x: &[f32], count: usize, width: usize, padded: usize) -> Vec<f32> {
+    if width == padded {
+        return x[..count * width].to_vec();
+    }
+    let mut out = vec![0f32; count * padded];
+    for (o, row) in out.chunks_exact_mut(padded).zip(x.chunks_exact(width.max(1))) {
+        o[..width].copy_from_slice(row);
+    }
+    out
+}
+
+/// `x`'s `count` rows of `width` (`stride` apart) as `width` rows of `padded` (a multiple of
+/// 16), zero past `count`: keys laid out so that a query row's products with all of them are
+/// vectors along the keys, with no sum across a vector's lanes.
+fn transposed(x: &[f32], count: usize, width: usize, stride: usize, padded: usize) -> Vec<f32> {
+    let mut t = vec![0f32; width * padded];
+    for j in 0..count {
+        for (c, &v) in x[j * stride..j * stride + width].iter().enumerate() {
+            t[c * padded + j] = v;
+        }
+    }
+    t
+}
+
+/// A left-hand operand: `rows` rows of `width` elements, `stride` apart.
+#[derive(Clone, Copy)]
+struct Lhs<'a> {
+    data: &'a [f32],
+    rows: usize,
+    width: usize,
+    stride: usize,
+}
+
+/// `out[r] = a[r] @ b` (or `+=` when `accumulate`) for every row of `a`, where `b` is
+/// `a.width` rows of `cols` elements (a multiple of 16) and `out`'s rows are `cols` apart:
+/// the matrix products of one head, small enough that packing them for gemm would cost more.
+#[inline(always)]
+fn products<const FMA: bool>(a: Lhs, b: &[f32], cols: usize, out: &mut [f32], accumulate: bool) {
+    assert!(cols % 16 == 0 && b.len() >= a.width * cols && out.len() >= a.rows * cols);
+    assert!(a.rows == 0 || a.data.len() >= (a.rows - 1) * a.stride + a.width);
+    let mut r = 0;
+    while r + 4 <= a.rows {
+        products_of_rows::<FMA, 4>(a, r, b, cols, out, accumulate);
+        r += 4;
+    }
+    while r < a.rows {
+        products_of_rows::<FMA, 1>(a, r, b, cols, out, accumulate);
+        r += 1;
+    }
+}
+
+/// [`products`] for rows `first..first + R`: R rows by 16 or 32 columns of sums stay in
+/// registers while the products run along the width (eight chains of multiply-adds keep both
+/// of a core's units busy). Whole vectors are read and written (updating an array's lanes in
+/// place compiled to scalar code).
+#[inline(always)]
+fn products_of_rows<const FMA: bool, const R: usize>(a: Lhs, first: usize, b: &[f32], cols: usize, out: &mut [f32], accumulate: bool) {
+    let mut c = 0;
+    while c + 32 <= cols {
+        columns::<FMA, R, 2>(a, first, b, cols, c, out, accumulate);
+        c += 32;
+    }
+    if c < cols {
+        columns::<FMA, R, 1>(a, first, b, cols, c, out, accumulate);
+    }
+}
+
+#[inline(always)]
+fn columns<const FMA: bool, const R: usize, const C: usize>(
+    a: Lhs, first: usize, b: &[f32], cols: usize, c: usize, out: &mut [f32], accumulate: bool,
+) {
+    let mut sums = [[[0f32; 16]; C]; R];
+    // SAFETY (every access): rows first..first + R of `a` and `out`, columns c..c + 16 C <=
+    // cols of `b` and `out`, t < a.width: inside the operands (asserted by `products`).
+    if accumulate {
+        for (i, row) in sums.iter_mut().enumerate() {
+            for (j, sum) in row.iter_mut().enumerate() {
+                *sum = unsafe { *(out.as_ptr().add((first + i) * cols + c + 16 * j) as *const [f32; 16]) };
+            }
+        }
+    }
+    for t in 0..a.width {
+        let mut column = [[0f32; 16]; C];
+        for (j, v) in column.iter_mut().enumerate() {
+            *v = unsafe { *(b.as_ptr().add(t * cols + c + 16 * j) as *const [f32; 16]) };
+        }
+        for (i, row) in sums.iter_mut().enumerate() {
+            let x = unsafe { *a.data.get_unchecked((first + i) * a.stride + t) };
+            for (sum, v) in row.iter_mut().zip(&column) {
+                let mut s = *sum;
+                for l in 0..16 {
+                    s[l] = mul_add::<FMA>(x, v[l], s[l]);
+                }
+                *sum = s;
+            }
+        }
+    }
+    for (i, row) in sums.iter().enumerate() {
+        for (j, sum) in row.iter().enumerate() {
+            unsafe { *(out.as_mut_ptr().add((first + i) * cols + c + 16 * j) as *mut [f32; 16]) = *sum };
+        }
+    }
+}
+
+/// The largest of `xs` (NaN if one is), in 16 lanes: a running maximum in one register is a
+/// chain the compiler keeps scalar.
+#[inline(always)]
+fn lanes_max(xs: &[f32]) -> f32 {
+    let pick = |m: f32, x: f32| if x > m || x.is_nan() { x } else { m };
+    let (chunks, rest) = xs.as_chunks::<16>();
+    let mut m = [f32::NEG_INFINITY; 16];
+    for c in chunks {
+        for l in 0..16 {
+            m[l] = pick(m[l], c[l]);
+        }
+    }
+    rest.iter().chain(&m).fold(f32::NEG_INFINITY, |a, &x| pick(a, x))
+}
+
+/// The sum of `xs` in 16 lanes (a sum in order is a chain the compiler keeps scalar).
+#[inline(always)]
+fn lanes_sum(xs: &[f32]) -> f32 {
+    let (chunks, rest) = xs.as_chunks::<16>();
+    let mut s = [0f32; 16];
+    for c in chunks {
+        for l in 0..16 {
+            s[l] += c[l];
+        }
+    }
+    s.iter().sum::<f32>() + rest.iter().sum::<f32>()
+}
+
+/// The first `width` elements of each of `rows` rows `stride` apart, as one run.
+fn unpadded(x: &[f32], rows: usize, width: usize, stride: usize, out: &mut [f32]) {
+    for (r, o) in out.chunks_exact_mut(width.max(1)).take(rows).enumerate() {
+        o.copy_from_slice(&x[r * stride..r * stride + width]);
     }
 }
 
@@ -134,14 +270,14 @@ impl Attention {
         [s.batch, s.heads, s.kv_heads, s.query_len, s.key_len, s.head_dim, s.value_dim].map(|v| v.max(0) as usize)
     }
 
-    /// Row `i` of head `h` of sample `b`: `scale * q . k_j`, plus the mask, -inf above the
-    /// diagonal when causal.
+    /// Row `i` of head `h` of sample `b`, given `q . k_j`: scaled, plus the mask, -inf above
+    /// the diagonal when causal.
     #[inline(always)]
-    fn scores(&self, b: usize, h: usize, i: usize, q: &[f32], k: &[f32], scores: &mut [f32], mask_row: &mut Vec<f32>) {
-        let [_, _, _, _, keys, d, _] = self.dims();
+    fn scores(&self, b: usize, h: usize, i: usize, scores: &mut [f32], mask_row: &mut Vec<f32>) {
+        let keys = self.dims()[4];
         let scale = self.shape.scale as f32;
-        for (j, s) in scores.iter_mut().enumerate() {
-            *s = scale * dot(q, &k[j * d..(j + 1) * d]);
+        for s in scores.iter_mut() {
+            *s *= scale;
         }
         if let Some((ptr, dt)) = self.mask {
             let st = self.shape.mask_strides;
@@ -177,7 +313,7 @@ impl Attention {
                     Simd::Avx2 => return self.units_avx2(units, backward),
                     Simd::Baseline => {}
                 }
-                self.units(units, backward)
+                self.units::<false>(units, backward)
             }
         });
     }
@@ -185,129 +321,136 @@ impl Attention {
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx512f,avx2,fma")]
     unsafe fn units_avx512(&self, units: std::ops::Range<usize>, backward: bool) {
-        unsafe { self.units(units, backward) }
+        unsafe { self.units::<true>(units, backward) }
     }
 
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2,fma")]
     unsafe fn units_avx2(&self, units: std::ops::Range<usize>, backward: bool) {
-        unsafe { self.units(units, backward) }
+        unsafe { self.units::<true>(units, backward) }
     }
 
     /// # Safety
     /// As for the units' functions.
     #[inline(always)]
-    unsafe fn units(&self, units: std::ops::Range<usize>, backward: bool) {
+    unsafe fn units<const FMA: bool>(&self, units: std::ops::Range<usize>, backward: bool) {
         for unit in units {
             unsafe {
-                if backward { self.backward_unit(unit) } else { self.forward_unit(unit) }
+                if backward { self.backward_unit::<FMA>(unit) } else { self.forward_unit::<FMA>(unit) }
             }
         }
     }
 
-    /// Every query head of key/value head `unit % kv_heads` of sample `unit / kv_heads`.
+    /// Every query head of key/value head `unit % kv_heads` of sample `unit / kv_heads`:
+    /// S = Q K^T, P = softmax(S) a row at a time, O = P V.
     #[inline(always)]
-    unsafe fn forward_unit(&self, unit: usize) {
+    unsafe fn forward_unit<const FMA: bool>(&self, unit: usize) {
         let [_, heads, kv_heads, rows, keys, d, dv] = self.dims();
         let (b, g) = (unit / kv_heads, unit % kv_heads);
         let group = heads / kv_heads;
         let (out, lse) = (self.slots[0], self.slots[1]);
-        let (mut ob, mut o_rows) = (Vec::new(), Vec::new());
-        let (mut scores, mut mask_row) = (vec![0f32; keys], Vec::new());
+        let (np, dvp) = (keys.next_multiple_of(16), dv.next_multiple_of(16));
+        let (mut s, mut o, mut o_rows) = (vec![0f32; rows * np], vec![0f32; rows * dvp], vec![0f32; rows * dv]);
+        let (mut mask_row, mut ob) = (Vec::new(), Vec::new());
         unsafe {
-            let k = self.rows(3, Input::K, b, g, keys, d);
-            let v = self.rows(4, Input::V, b, g, keys, dv);
+            let kt = transposed(&self.rows(3, Input::K, b, g, keys, d), keys, d, d, np);
+            let v = padded_rows(&self.rows(4, Input::V, b, g, keys, dv), keys, dv, dvp);
             for h in g * group..(g + 1) * group {
                 let head = b * heads + h;
                 let q = self.rows(2, Input::Q, b, h, rows, d);
+                products::<FMA>(Lhs { data: &q, rows, width: d, stride: d }, &kt, np, &mut s, false);
                 let mut lse_rows = vec![0f32; rows];
-                // Computed here and copied out after, as in the backward.
-                let o = &mut o_rows;
-                o.clear();
-                o.resize(rows * dv, 0.0);
                 for i in 0..rows {
-                    self.scores(b, h, i, &q[i * d..(i + 1) * d], &k, &mut scores, &mut mask_row);
-                    let max = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-                    let row = &mut o[i * dv..(i + 1) * dv];
-                    row.fill(0.0);
+                    let (scores, pad) = s[i * np..(i + 1) * np].split_at_mut(keys);
+                    pad.fill(0.0);
+                    self.scores(b, h, i, scores, &mut mask_row);
+                    let max = lanes_max(scores);
                     if max == f32::NEG_INFINITY {
                         // Every key masked: the math path's softmax gives NaN.
-                        row.fill(f32::NAN);
+                        scores.fill(0.0);
                         lse_rows[i] = f32::NEG_INFINITY;
                         continue;
                     }
-                    for s in scores.iter_mut() {
-                        *s = exp(*s - max);
+                    for x in scores.iter_mut() {
+                        *x = exp_with::<FMA>(*x - max);
                     }
-                    let mut total = 0f32;
-                    for (j, &e) in scores.iter().enumerate() {
-                        total += e;
-                        if e != 0.0 {
-                            axpy(e, &v[j * dv..(j + 1) * dv], row);
-                        }
-                    }
-                    row.iter_mut().for_each(|x| *x /= total);
+                    let total = lanes_sum(scores);
+                    // P normalised here, so that O = P V needs no pass of its own.
+                    let inverse = 1.0 / total;
+                    scores.iter_mut().for_each(|x| *x *= inverse);
                     lse_rows[i] = max + total.ln();
                 }
-                write(out, head * rows * dv, rows * dv, &mut ob, |out| out.copy_from_slice(o));
+                products::<FMA>(Lhs { data: &s, rows, width: keys, stride: np }, &v, dvp, &mut o, false);
+                unpadded(&o, rows, dv, dvp, &mut o_rows);
+                for (i, &l) in lse_rows.iter().enumerate() {
+                    if l == f32::NEG_INFINITY {
+                        o_rows[i * dv..(i + 1) * dv].fill(f32::NAN);
+                    }
+                }
+                write(out, head * rows * dv, rows * dv, &mut ob, |out| out.copy_from_slice(&o_rows));
                 let lse_out = std::slice::from_raw_parts_mut((lse.0 as *mut f32).add(head * rows), rows);
                 lse_out.copy_from_slice(&lse_rows);
             }
         }
     }
 
+    /// The gradients of one unit (as [`Self::forward_unit`]): P again from the log-sum-exp,
+    /// dP = dO V^T, dS = P (dP - rowsum(P dP)), then dQ = dS K, dK = dS^T Q and dV = P^T dO,
+    /// dK and dV summed over the query heads of the group.
     #[inline(always)]
-    unsafe fn backward_unit(&self, unit: usize) {
+    unsafe fn backward_unit<const FMA: bool>(&self, unit: usize) {
         let [_, heads, kv_heads, rows, keys, d, dv] = self.dims();
         let (b, g) = (unit / kv_heads, unit % kv_heads);
         let group = heads / kv_heads;
         let [dq, dk, dv_slot] = [0, 1, 2].map(|i| self.slots[i]);
         let lse = self.slots[8];
         let scale = self.shape.scale as f32;
-        let mut scratch = Vec::new();
-        let (mut scores, mut mask_row, mut dp) = (vec![0f32; keys], Vec::new(), vec![0f32; keys]);
-        let (mut gk, mut gv, mut gq) = (vec![0f32; keys * d], vec![0f32; keys * dv], Vec::new());
+        let (np, dp, dvp) = (keys.next_multiple_of(16), d.next_multiple_of(16), dv.next_multiple_of(16));
+        let mut mask_row = Vec::new();
+        let (mut s, mut d_p) = (vec![0f32; rows * np], vec![0f32; rows * np]);
+        let (mut gq, mut gk, mut gv) = (vec![0f32; rows * dp], vec![0f32; keys * dp], vec![0f32; keys * dvp]);
+        let (mut scratch, mut tight) = (Vec::new(), Vec::new());
         unsafe {
             let kv = b * kv_heads + g;
             let k = self.rows(5, Input::K, b, g, keys, d);
             let v = self.rows(6, Input::V, b, g, keys, dv);
+            let (kt, vt, k_rows) = (transposed(&k, keys, d, d, np), transposed(&v, keys, dv, dv, np), padded_rows(&k, keys, d, dp));
             for h in g * group..(g + 1) * group {
                 let head = b * heads + h;
                 let q = self.rows(4, Input::Q, b, h, rows, d);
                 let grad = self.rows(3, Input::GradOut, b, h, rows, dv);
                 let lse_rows = std::slice::from_raw_parts((lse.0 as *const f32).add(head * rows), rows);
-                // Computed here and copied out after: a closure given to `write` would be
-                // compiled without the SIMD features of the function that inlines this one.
-                gq.clear();
-                gq.resize(rows * d, 0.0);
+                products::<FMA>(Lhs { data: &q, rows, width: d, stride: d }, &kt, np, &mut s, false);
+                products::<FMA>(Lhs { data: &grad, rows, width: dv, stride: dv }, &vt, np, &mut d_p, false);
                 for i in 0..rows {
-                    let (qi, gi) = (&q[i * d..(i + 1) * d], &grad[i * dv..(i + 1) * dv]);
-                    self.scores(b, h, i, qi, &k, &mut scores, &mut mask_row);
-                    // P (the forward's probabilities, from its log-sum-exp) and dP = dO V^T.
-                    for s in scores.iter_mut() {
-                        *s = exp(*s - lse_rows[i]);
+                    let scores = &mut s[i * np..i * np + keys];
+                    self.scores(b, h, i, scores, &mut mask_row);
+                    for x in scores.iter_mut() {
+                        *x = exp_with::<FMA>(*x - lse_rows[i]); // P, the forward's probabilities
                     }
-                    let mut dot_sum = 0f32;
-                    for j in 0..keys {
-                        dp[j] = dot(gi, &v[j * dv..(j + 1) * dv]);
-                        dot_sum += scores[j] * dp[j];
-                    }
-                    let gq_row = &mut gq[i * d..(i + 1) * d];
-                    for j in 0..keys {
-                        let p = scores[j];
-                        if p == 0.0 {
-                            continue; // masked: no gradient anywhere
-                        }
-                        let ds = p * (dp[j] - dot_sum);
-                        axpy(scale * ds, &k[j * d..(j + 1) * d], gq_row);
-                        axpy(scale * ds, qi, &mut gk[j * d..(j + 1) * d]);
-                        axpy(p, gi, &mut gv[j * dv..(j + 1) * dv]);
+                    let dot_sum = dot(scores, &d_p[i * np..i * np + keys]);
+                    // dS (scaled), in place of dP; P stays in `s`. A masked key has no gradient.
+                    for (x, &p) in d_p[i * np..i * np + keys].iter_mut().zip(scores.iter()) {
+                        *x = if p == 0.0 { 0.0 } else { scale * p * (*x - dot_sum) };
                     }
                 }
-                write(dq, head * rows * d, rows * d, &mut scratch, |out| out.copy_from_slice(&gq));
+                products::<FMA>(Lhs { data: &d_p, rows, width: keys, stride: np }, &k_rows, dp, &mut gq, false);
+                tight.resize(rows * d, 0.0);
+                unpadded(&gq, rows, d, dp, &mut tight);
+                write(dq, head * rows * d, rows * d, &mut scratch, |out| out.copy_from_slice(&tight));
+                // dK += dS^T Q, dV += P^T dO: the transposes have a row per key.
+                let rp = rows.next_multiple_of(16);
+                let (d_s_t, p_t) = (transposed(&d_p, rows, keys, np, rp), transposed(&s, rows, keys, np, rp));
+                let (q_rows, grad_rows) = (padded_rows(&q, rows, d, dp), padded_rows(&grad, rows, dv, dvp));
+                products::<FMA>(Lhs { data: &d_s_t, rows: keys, width: rows, stride: rp }, &q_rows, dp, &mut gk, true);
+                products::<FMA>(Lhs { data: &p_t, rows: keys, width: rows, stride: rp }, &grad_rows, dvp, &mut gv, true);
             }
-            write(dk, kv * keys * d, keys * d, &mut scratch, |out| out.copy_from_slice(&gk));
-            write(dv_slot, kv * keys * dv, keys * dv, &mut scratch, |out| out.copy_from_slice(&gv));
+            tight.resize(keys * d, 0.0);
+            unpadded(&gk, keys, d, dp, &mut tight);
+            write(dk, kv * keys * d, keys * d, &mut scratch, |out| out.copy_from_slice(&tight));
+            tight.resize(keys * dv, 0.0);
+            unpadded(&gv, keys, dv, dvp, &mut tight);
+            write(dv_slot, kv * keys * dv, keys * dv, &mut scratch, |out| out.copy_from_slice(&tight));
         }
     }
 }

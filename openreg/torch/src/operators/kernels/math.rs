@@ -98,24 +98,6 @@ pub(crate) fn tanh(x: f32) -> f32 {
 }
 // ANCHOR_END: tanh
 
-/// The error function, vectorisable. From |x| = 0.5 on, Abramowitz and Stegun's 7.1.26:
-/// `1 - (a1 t + a2 t^2 + a3 t^3 + a4 t^4 + a5 t^5) e^(-x^2)` with `t = 1 / (1 + p |x|)`, within
-/// 1.5e-7 of the exact value — PyTorch's vectorised CPU `erf` (behind the exact GELU) is this
-/// formula. Nearer 0, where `1 - ...` cancels, the Taylor series to x^11. Within 4e-7 overall.
-#[inline(always)]
-pub(crate) fn erf(x: f32) -> f32 {
-    const FRAC_2_SQRT_PI: f32 = std::f32::consts::FRAC_2_SQRT_PI;
-    let (a, x2) = (x.abs(), x * x);
-    let t = 1.0 / (1.0 + 0.327_591_1 * a);
-    let poly = ((((1.061_405_4 * t - 1.453_152_1) * t + 1.421_413_7) * t - 0.284_496_74) * t + 0.254_829_6) * t;
-    let wide = 1.0 - poly * exp(-x2);
-    let wide = if x < 0.0 { -wide } else { wide };
-    let series = FRAC_2_SQRT_PI
-        * x
-        * (1.0 + x2 * (-1.0 / 3.0 + x2 * (1.0 / 10.0 + x2 * (-1.0 / 42.0 + x2 * (1.0 / 216.0 - x2 / 1320.0)))));
-    if a < 0.5 { series } else { wide } // NaN in, NaN out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -178,21 +160,6 @@ mod tests {
         }
         assert_eq!((tanh(100.0), tanh(-100.0), tanh(0.0)), (1.0, -1.0, 0.0));
         assert!(tanh(f32::NAN).is_nan() && sigmoid(f32::NAN).is_nan());
-    }
-
-    #[test]
-    fn erf_within_its_bound() {
-        unsafe extern "C" {
-            fn erf(x: f64) -> f64; // C's libm, linked by the standard library
-        }
-        let mut x = -6.0f32;
-        while x < 6.0 {
-            let (got, want) = (super::erf(x), unsafe { erf(f64::from(x)) });
-            assert!((f64::from(got) - want).abs() <= 4e-7, "erf({x}) = {got}, expected {want}");
-            x += 0.00573;
-        }
-        assert_eq!((super::erf(f32::INFINITY), super::erf(f32::NEG_INFINITY)), (1.0, -1.0));
-        assert!(super::erf(f32::NAN).is_nan());
     }
 }
 

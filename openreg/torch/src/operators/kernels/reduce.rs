@@ -47,6 +47,54 @@ pub(crate) fn launch_reduction(
 }
 
 const BLOCK: usize = 4096;
+
+/// `row[c] += Σ_r x[r * step + c]` over `runs` float32 runs of `row.len()` elements: added in
+/// float32 64 runs at a time, then into float64 (a float64 conversion per element cost more
+/// than the sum), in the CPU's widest vectors.
+///
+/// # Safety
+/// Every run lies in memory the kernel may read.
+unsafe fn add_runs(row: &mut [f64], x: *const f32, step: isize, runs: usize) {
+    #[cfg(target_arch = "x86_64")]
+    unsafe {
+        match super::softmax::simd() {
+            super::softmax::Simd::Avx512 => return add_runs_avx512(row, x, step, runs),
+            super::softmax::Simd::Avx2 => return add_runs_avx2(row, x, step, runs),
+            super::softmax::Simd::Baseline => {}
+        }
+    }
+    unsafe { add_runs_any(row, x, step, runs) }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn add_runs_avx512(row: &mut [f64], x: *const f32, step: isize, runs: usize) {
+    unsafe { add_runs_any(row, x, step, runs) }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn add_runs_avx2(row: &mut [f64], x: *const f32, step: isize, runs: usize) {
+    unsafe { add_runs_any(row, x, step, runs) }
+}
+
+#[inline(always)]
+unsafe fn add_runs_any(row: &mut [f64], x: *const f32, step: isize, runs: usize) {
+    let mut partial = vec![0f32; row.len()];
+    for first in (0..runs).step_by(64) {
+        partial.fill(0.0);
+        for r in first..(first + 64).min(runs) {
+            // SAFETY: as the caller promises.
+            let xs = unsafe { std::slice::from_raw_parts(x.offset(r as isize * step), row.len()) };
+            for (p, &x) in partial.iter_mut().zip(xs) {
+                *p += x;
+            }
+        }
+        for (a, &p) in row.iter_mut().zip(partial.iter()) {
+            *a += f64::from(p);
+        }
+    }
+}
 /// Input elements per parallel task of a full reduction.
 const CHUNK: usize = 1 << 16;
 
@@ -222,21 +270,16 @@ impl Reduce {
             // float64 conversion per element cost more than the sum).
             if sum && step[2] == 0 && dtype == Dtype::Float && stride == 4 && len <= BLOCK {
                 let row = &mut acc[offsets[2] as usize..offsets[2] as usize + len];
-                for first in (0..runs).step_by(64) {
-                    let partial = &mut buf[..len];
-                    partial.fill(0.0);
-                    for r in first..(first + 64).min(runs) {
-                        let src = (base as isize + offsets[1] + r as isize * step[1]) as *const f32;
-                        // SAFETY: C++ checked the input's extent against its storage.
-                        let xs = unsafe { std::slice::from_raw_parts(src, len) };
-                        for (p, &x) in partial.iter_mut().zip(xs) {
-                            *p += x;
-                        }
-                    }
-                    for (a, &p) in row.iter_mut().zip(partial.iter()) {
-                        *a += f64::from(p);
-                    }
-                }
+                // Columns split over the kernel threads when there is enough to add.
+                let parts = if runs * len >= 1 << 16 { super::thread_pool::threads().min(len / 64).max(1) } else { 1 };
+                let columns: Vec<_> = row.chunks_mut(len.div_ceil(parts)).map(Mutex::new).collect();
+                let width = len.div_ceil(parts);
+                super::thread_pool::run(columns.len(), |p| {
+                    let mut row = columns[p].lock().unwrap_or_else(|e| e.into_inner());
+                    let first = base as isize + offsets[1] + (p * width * 4) as isize;
+                    // SAFETY: C++ checked the input's extent; these runs lie inside it.
+                    unsafe { add_runs(&mut row, first as *const f32, step[1] / 4, runs) };
+                });
                 return;
             }
             for r in 0..runs as isize {
