@@ -5,6 +5,8 @@
 //! (grouped-query attention) are one unit of work, so the key/value gradients of a group are
 //! summed without races.
 
+use std::borrow::Cow;
+
 use openreg_runtime as rt;
 
 use super::dtype::{self, Dtype, write};
@@ -98,28 +100,35 @@ pub(crate) struct Attention {
 
 /// `x`'s `count` rows of `width` as rows of `padded` (a multiple of 16), zero past `width`:
 /// the right-hand operand of [`products`].
-fn padded_rows(x: &[f32], count: usize, width: usize, padded: usize) -> Vec<f32> {
+fn padded_rows(x: &[f32], count: usize, width: usize, padded: usize) -> Cow<'_, [f32]> {
     if width == padded {
-        return x[..count * width].to_vec();
+        return Cow::Borrowed(&x[..count * width]);
     }
     let mut out = vec![0f32; count * padded];
     for (o, row) in out.chunks_exact_mut(padded).zip(x.chunks_exact(width.max(1))) {
         o[..width].copy_from_slice(row);
     }
-    out
+    Cow::Owned(out)
 }
 
 /// `x`'s `count` rows of `width` (`stride` apart) as `width` rows of `padded` (a multiple of
 /// 16), zero past `count`: keys laid out so that a query row's products with all of them are
 /// vectors along the keys, with no sum across a vector's lanes.
 fn transposed(x: &[f32], count: usize, width: usize, stride: usize, padded: usize) -> Vec<f32> {
-    let mut t = vec![0f32; width * padded];
+    let mut t = Vec::new();
+    transpose_into(&mut t, x, count, width, stride, padded);
+    t
+}
+
+/// [`transposed`] into `t`, whose room is kept from one head to the next.
+fn transpose_into(t: &mut Vec<f32>, x: &[f32], count: usize, width: usize, stride: usize, padded: usize) {
+    t.clear();
+    t.resize(width * padded, 0.0);
     for j in 0..count {
         for (c, &v) in x[j * stride..j * stride + width].iter().enumerate() {
             t[c * padded + j] = v;
         }
     }
-    t
 }
 
 /// A left-hand operand: `rows` rows of `width` elements, `stride` apart.
@@ -354,7 +363,8 @@ impl Attention {
         let (mut mask_row, mut ob) = (Vec::new(), Vec::new());
         unsafe {
             let kt = transposed(&self.rows(3, Input::K, b, g, keys, d), keys, d, d, np);
-            let v = padded_rows(&self.rows(4, Input::V, b, g, keys, dv), keys, dv, dvp);
+            let v_rows = self.rows(4, Input::V, b, g, keys, dv);
+            let v = padded_rows(&v_rows, keys, dv, dvp);
             for h in g * group..(g + 1) * group {
                 let head = b * heads + h;
                 let q = self.rows(2, Input::Q, b, h, rows, d);
@@ -409,7 +419,7 @@ impl Attention {
         let mut mask_row = Vec::new();
         let (mut s, mut d_p) = (vec![0f32; rows * np], vec![0f32; rows * np]);
         let (mut gq, mut gk, mut gv) = (vec![0f32; rows * dp], vec![0f32; keys * dp], vec![0f32; keys * dvp]);
-        let (mut scratch, mut tight) = (Vec::new(), Vec::new());
+        let (mut scratch, mut tight, mut d_s_t, mut p_t) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         unsafe {
             let kv = b * kv_heads + g;
             let k = self.rows(5, Input::K, b, g, keys, d);
@@ -440,7 +450,8 @@ impl Attention {
                 write(dq, head * rows * d, rows * d, &mut scratch, |out| out.copy_from_slice(&tight));
                 // dK += dS^T Q, dV += P^T dO: the transposes have a row per key.
                 let rp = rows.next_multiple_of(16);
-                let (d_s_t, p_t) = (transposed(&d_p, rows, keys, np, rp), transposed(&s, rows, keys, np, rp));
+                transpose_into(&mut d_s_t, &d_p, rows, keys, np, rp);
+                transpose_into(&mut p_t, &s, rows, keys, np, rp);
                 let (q_rows, grad_rows) = (padded_rows(&q, rows, d, dp), padded_rows(&grad, rows, dv, dvp));
                 products::<FMA>(Lhs { data: &d_s_t, rows: keys, width: rows, stride: rp }, &q_rows, dp, &mut gk, true);
                 products::<FMA>(Lhs { data: &p_t, rows: keys, width: rows, stride: rp }, &grad_rows, dvp, &mut gv, true);
