@@ -138,6 +138,7 @@ bench: build
 	$(PY) bench/operators.py
 	$(PY) bench/models.py
 	$(PY) bench/depthwise.py
+	$(PY) bench/attention.py
 	$(PY) bench/zoo.py
 	$(PY) bench/profiler.py
 	$(PY) bench/graphs.py
