@@ -513,7 +513,8 @@ pub(crate) mod ffi {
     /// Scaled dot-product attention (`kernels/attention.rs`) over `[batch, heads, rows, dim]`
     /// operands; `kv_heads` divides `heads` (grouped-query attention). The inputs q, k, v,
     /// grad_out and out are read at `input_strides` (batch, head and row strides, five
-    /// operands in that order; rows are contiguous), the outputs are contiguous. The mask, if
+    /// operands in that order; rows are contiguous), the outputs (out, or dq, dk and dv) are
+    /// written at `output_strides` (likewise, rows contiguous). The mask, if
     /// any, is read at `mask_strides` (0 along broadcast dimensions) over [batch, heads,
     /// query_len, key_len].
     #[derive(Debug, Clone, Copy)]
@@ -528,6 +529,7 @@ pub(crate) mod ffi {
         scale: f64,
         causal: bool,
         input_strides: [i64; 15],
+        output_strides: [i64; 9],
         mask_strides: [i64; 4],
     }
 

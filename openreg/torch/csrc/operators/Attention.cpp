@@ -92,34 +92,33 @@ at::Tensor scores(const at::Tensor& q, const at::Tensor& k, const std::optional<
   return s;
 }
 
-// The output in the query's dimension order, as the operator's meta function allocates it
-// (`alloc_with_matching_layout` in torch/_meta_registrations.py): an exported or compiled
-// graph plans its views from those strides, so a contiguous result would break them.
-at::Tensor with_layout_of(const at::Tensor& query, const at::Tensor& result) {
-  if (query.sizes() == result.sizes() && query.strides() == result.strides()) {
-    return result;
+// An empty output of `sizes` in the layout the operator's meta function gives it
+// (`alloc_with_matching_layout` in torch/_meta_registrations.py): `like`'s strides when the sizes
+// match (empty_like), else `like`'s dimension order. An exported or compiled graph plans its
+// views from those strides, so a contiguous result would break them.
+at::Tensor empty_in_layout_of(const at::Tensor& like, at::IntArrayRef sizes, const at::TensorOptions& options) {
+  if (like.sizes() == sizes) {
+    return at::empty_like(like, options);
   }
-  if (query.sizes() == result.sizes()) {  // the meta's empty_like(query): its strides exactly
-    return at::empty_like(query, result.options()).copy_(result);
-  }
-  std::vector<int64_t> order(query.dim());
+  std::vector<int64_t> order(like.dim());
   std::iota(order.begin(), order.end(), 0);
   const auto key = [&](int64_t d) {
-    return query.stride(d) != 0 ? query.stride(d) : std::numeric_limits<int64_t>::max();
+    return like.stride(d) != 0 ? like.stride(d) : std::numeric_limits<int64_t>::max();
   };
   std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return key(a) < key(b); });
-  std::vector<int64_t> strides(query.dim());
+  std::vector<int64_t> strides(like.dim());
   int64_t stride = 1;
   for (int64_t d : order) {
     strides[d] = stride;
-    stride *= result.size(d);
+    stride *= sizes[d];
   }
-  if (result.strides() == c10::IntArrayRef(strides)) {
-    return result;
-  }
-  at::Tensor laid_out = at::empty_strided(result.sizes(), strides, result.options());
-  laid_out.copy_(result);
-  return laid_out;
+  return at::empty_strided(sizes, strides, options);
+}
+
+// `result` in the layout of empty_in_layout_of(query, ...): itself if it has it, else a copy.
+at::Tensor with_layout_of(const at::Tensor& query, const at::Tensor& result) {
+  at::Tensor laid_out = empty_in_layout_of(query, result.sizes(), result.options());
+  return laid_out.strides() == result.strides() ? result : laid_out.copy_(result);
 }
 
 // ANCHOR: dropout
@@ -195,6 +194,20 @@ at::Tensor rows_of(const at::Tensor& t, AttentionShape& shape, int which) {
   return r;
 }
 
+// An output of the row kernel: in the meta function's layout, where the kernel writes it in
+// place (its rows contiguous, as in a transposed [B, L, H, D] projection), else contiguous and
+// copied after (with_layout_of). Its strides go in output slot `which`.
+at::Tensor output_of(const at::Tensor& like, at::IntArrayRef sizes, AttentionShape& shape, int which) {
+  at::Tensor out = empty_in_layout_of(like, sizes, like.options());
+  if (out.size(3) > 1 && out.stride(3) != 1) {
+    out = at::empty(sizes, like.options());
+  }
+  for (int d = 0; d < 3; ++d) {
+    shape.output_strides[which * 3 + d] = out.stride(d);
+  }
+  return out;
+}
+
 // The bias broadcast to [batch, heads, query_len, key_len] (strides 0 where it broadcasts).
 at::Tensor expanded_mask(const std::optional<at::Tensor>& bias, const at::Tensor& q, const at::Tensor& k) {
   if (!bias || !bias->defined()) {
@@ -213,9 +226,9 @@ attention_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
               "openreg's fused attention takes a dropout probability in [0, 1); got ", dropout_p);
   if (row_kernel_applies(q, k, bias, dropout_p)) {
     const at::Tensor mask = expanded_mask(bias, q, k);
-    at::Tensor out = at::empty({q.size(0), q.size(1), q.size(2), v.size(3)}, q.options());
     at::Tensor lse = at::empty({q.size(0), q.size(1), q.size(2)}, q.options().dtype(at::kFloat));
     AttentionShape shape = attention_shape(q, k, v, mask, is_causal, scale_of(q, scale));
+    at::Tensor out = output_of(q, {q.size(0), q.size(1), q.size(2), v.size(3)}, shape, 0);
     const at::Tensor operands[] = {out, lse, rows_of(q, shape, 0), rows_of(k, shape, 1), rows_of(v, shape, 2)};
     Dense slots[5];
     for (int i = 0; i < 5; ++i) {
@@ -269,9 +282,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> attention_backward(
   const bool bias_grad = mask[3] && bias.defined() && bias.scalar_type() != at::kBool;
   if (row_kernel_applies(q, k, bias_opt, dropout_p) && !bias_grad) {
     const at::Tensor m = expanded_mask(bias_opt, q, k);
-    at::Tensor gq = at::empty(q.sizes(), q.options()), gk = at::empty(k.sizes(), k.options()),
-               gv = at::empty(v.sizes(), v.options());
     AttentionShape shape = attention_shape(q, k, v, m, is_causal, sc);
+    at::Tensor gq = output_of(q, q.sizes(), shape, 0), gk = output_of(k, k.sizes(), shape, 1),
+               gv = output_of(v, v.sizes(), shape, 2);
     const at::Tensor operands[] = {gq, gk, gv, rows_of(grad_out, shape, 3), rows_of(q, shape, 0),
                                    rows_of(k, shape, 1), rows_of(v, shape, 2), rows_of(out, shape, 4),
                                    lse.to(at::kFloat).contiguous()};

@@ -31,17 +31,22 @@ pub(crate) fn launch_attention(backward: bool, shape: AttentionShape, operands: 
     let [b, h, hkv, l, n, d, dv] = dims.map(|v| v as usize);
     let (q, k, v, o, lse) = (b * h * l * d, b * hkv * n * d, b * hkv * n * dv, b * h * l * dv, b * h * l);
     let sizes: &[usize] = if backward { &[q, k, v, o, q, k, v, o, lse] } else { &[o, lse, q, k, v] };
-    // Inputs read at strides, as [batch, heads, rows, width]: which stride triple, and the shape.
-    let strided = |i: usize| -> Option<(usize, [usize; 4])> {
+    // Operands at strides, as [batch, heads, rows, width]: their stride triple, and the shape.
+    let strided = |i: usize| -> Option<(&[i64], [usize; 4])> {
+        let (input, output) = (&s.input_strides, &s.output_strides);
         match (backward, i) {
-            (false, 2) | (true, 4) => Some((0, [b, h, l, d])),
-            (false, 3) | (true, 5) => Some((1, [b, hkv, n, d])),
-            (false, 4) | (true, 6) => Some((2, [b, hkv, n, dv])),
-            (true, 3) => Some((3, [b, h, l, dv])),
-            (true, 7) => Some((4, [b, h, l, dv])),
+            (false, 2) | (true, 4) => Some((&input[0..3], [b, h, l, d])),
+            (false, 3) | (true, 5) => Some((&input[3..6], [b, hkv, n, d])),
+            (false, 4) | (true, 6) => Some((&input[6..9], [b, hkv, n, dv])),
+            (true, 3) => Some((&input[9..12], [b, h, l, dv])),
+            (true, 7) => Some((&input[12..15], [b, h, l, dv])),
+            (false, 0) | (true, 0) => Some((&output[0..3], [b, h, l, if backward { d } else { dv }])),
+            (true, 1) => Some((&output[3..6], [b, hkv, n, d])),
+            (true, 2) => Some((&output[6..9], [b, hkv, n, dv])),
             _ => None,
         }
     };
+    let written = |i: usize| i < if backward { 3 } else { 1 };
     let lse_at = if backward { 8 } else { 1 };
     if operands.len() != sizes.len() {
         return Err(invalid(format!("{} operands expected, got {}", sizes.len(), operands.len())));
@@ -58,10 +63,13 @@ pub(crate) fn launch_attention(backward: bool, shape: AttentionShape, operands: 
         }
         let extent = match strided(i) {
             // The last element the strides reach, plus one.
-            Some((which, shape)) if size > 0 => {
-                let st = &s.input_strides[which * 3..which * 3 + 3];
+            Some((st, shape)) if size > 0 => {
                 if st.iter().any(|&v| v < 0) {
                     return Err(invalid(format!("negative strides {st:?}")));
+                }
+                // Threads write an output's rows side by side: none may overlap another.
+                if written(i) && overlaps(&shape, st) {
+                    return Err(invalid(format!("output {i}'s rows overlap (strides {st:?}, shape {shape:?})")));
                 }
                 shape[..3].iter().zip(st).map(|(&n, &st)| (n - 1) * st as usize).sum::<usize>() + shape[3]
             }
@@ -84,6 +92,21 @@ pub(crate) fn launch_attention(backward: bool, shape: AttentionShape, operands: 
     let work = Attention { shape, slots, mask };
     launch(device, q + k + v + o, move || work.run(backward))?;
     Ok(true)
+}
+
+/// Whether rows of `shape[3]` elements, at `strides` over `shape[..3]`, overlap: sorted by
+/// stride, each dimension must step past everything the dimensions below it span.
+fn overlaps(shape: &[usize; 4], strides: &[i64]) -> bool {
+    let mut dims: Vec<(usize, usize)> = (0..3).filter(|&d| shape[d] > 1).map(|d| (strides[d] as usize, shape[d])).collect();
+    dims.sort_unstable();
+    let mut span = shape[3];
+    for (stride, size) in dims {
+        if stride < span {
+            return true;
+        }
+        span = stride * (size - 1) + span;
+    }
+    false
 }
 
 /// An operand: runtime address and dtype.
@@ -239,12 +262,6 @@ fn lanes_sum(xs: &[f32]) -> f32 {
     s.iter().sum::<f32>() + rest.iter().sum::<f32>()
 }
 
-/// The first `width` elements of each of `rows` rows `stride` apart, as one run.
-fn unpadded(x: &[f32], rows: usize, width: usize, stride: usize, out: &mut [f32]) {
-    for (r, o) in out.chunks_exact_mut(width.max(1)).take(rows).enumerate() {
-        o.copy_from_slice(&x[r * stride..r * stride + width]);
-    }
-}
 
 /// Which of `AttentionShape::input_strides`' five operands an input is.
 #[derive(Clone, Copy)]
@@ -272,6 +289,21 @@ impl Attention {
             unsafe { dtype::load(dt, (ptr + at * dt.size()) as *const u8, dt.size() as isize, row) };
         }
         out
+    }
+
+    /// `rows` rows of `width` elements of `values` (`stride` apart) into output `slot`, head
+    /// `h` of sample `b`, at the output's strides.
+    ///
+    /// # Safety
+    /// The launch checked the output's extent for these strides.
+    #[inline(always)]
+    unsafe fn write_rows(&self, slot: usize, b: usize, h: usize, rows: usize, width: usize, values: &[f32], stride: usize, scratch: &mut Vec<f32>) {
+        let st = &self.shape.output_strides[slot * 3..slot * 3 + 3];
+        let base = b as i64 * st[0] + h as i64 * st[1];
+        for r in 0..rows {
+            let row = &values[r * stride..r * stride + width];
+            unsafe { write(self.slots[slot], (base + r as i64 * st[2]) as usize, width, scratch, |o| o.copy_from_slice(row)) };
+        }
     }
 
     fn dims(&self) -> [usize; 7] {
@@ -357,9 +389,9 @@ impl Attention {
         let [_, heads, kv_heads, rows, keys, d, dv] = self.dims();
         let (b, g) = (unit / kv_heads, unit % kv_heads);
         let group = heads / kv_heads;
-        let (out, lse) = (self.slots[0], self.slots[1]);
+        let lse = self.slots[1];
         let (np, dvp) = (keys.next_multiple_of(16), dv.next_multiple_of(16));
-        let (mut s, mut o, mut o_rows) = (vec![0f32; rows * np], vec![0f32; rows * dvp], vec![0f32; rows * dv]);
+        let (mut s, mut o) = (vec![0f32; rows * np], vec![0f32; rows * dvp]);
         let (mut mask_row, mut ob) = (Vec::new(), Vec::new());
         unsafe {
             let kt = transposed(&self.rows(3, Input::K, b, g, keys, d), keys, d, d, np);
@@ -391,13 +423,12 @@ impl Attention {
                     lse_rows[i] = max + total.ln();
                 }
                 products::<FMA>(Lhs { data: &s, rows, width: keys, stride: np }, &v, dvp, &mut o, false);
-                unpadded(&o, rows, dv, dvp, &mut o_rows);
                 for (i, &l) in lse_rows.iter().enumerate() {
                     if l == f32::NEG_INFINITY {
-                        o_rows[i * dv..(i + 1) * dv].fill(f32::NAN);
+                        o[i * dvp..(i + 1) * dvp].fill(f32::NAN);
                     }
                 }
-                write(out, head * rows * dv, rows * dv, &mut ob, |out| out.copy_from_slice(&o_rows));
+                self.write_rows(0, b, h, rows, dv, &o, dvp, &mut ob);
                 let lse_out = std::slice::from_raw_parts_mut((lse.0 as *mut f32).add(head * rows), rows);
                 lse_out.copy_from_slice(&lse_rows);
             }
@@ -412,16 +443,14 @@ impl Attention {
         let [_, heads, kv_heads, rows, keys, d, dv] = self.dims();
         let (b, g) = (unit / kv_heads, unit % kv_heads);
         let group = heads / kv_heads;
-        let [dq, dk, dv_slot] = [0, 1, 2].map(|i| self.slots[i]);
         let lse = self.slots[8];
         let scale = self.shape.scale as f32;
         let (np, dp, dvp) = (keys.next_multiple_of(16), d.next_multiple_of(16), dv.next_multiple_of(16));
         let mut mask_row = Vec::new();
         let (mut s, mut d_p) = (vec![0f32; rows * np], vec![0f32; rows * np]);
         let (mut gq, mut gk, mut gv) = (vec![0f32; rows * dp], vec![0f32; keys * dp], vec![0f32; keys * dvp]);
-        let (mut scratch, mut tight, mut d_s_t, mut p_t) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let (mut scratch, mut d_s_t, mut p_t) = (Vec::new(), Vec::new(), Vec::new());
         unsafe {
-            let kv = b * kv_heads + g;
             let k = self.rows(5, Input::K, b, g, keys, d);
             let v = self.rows(6, Input::V, b, g, keys, dv);
             let (kt, vt, k_rows) = (transposed(&k, keys, d, d, np), transposed(&v, keys, dv, dv, np), padded_rows(&k, keys, d, dp));
@@ -445,9 +474,7 @@ impl Attention {
                     }
                 }
                 products::<FMA>(Lhs { data: &d_p, rows, width: keys, stride: np }, &k_rows, dp, &mut gq, false);
-                tight.resize(rows * d, 0.0);
-                unpadded(&gq, rows, d, dp, &mut tight);
-                write(dq, head * rows * d, rows * d, &mut scratch, |out| out.copy_from_slice(&tight));
+                self.write_rows(0, b, h, rows, d, &gq, dp, &mut scratch);
                 // dK += dS^T Q, dV += P^T dO: the transposes have a row per key.
                 let rp = rows.next_multiple_of(16);
                 transpose_into(&mut d_s_t, &d_p, rows, keys, np, rp);
@@ -456,12 +483,8 @@ impl Attention {
                 products::<FMA>(Lhs { data: &d_s_t, rows: keys, width: rows, stride: rp }, &q_rows, dp, &mut gk, true);
                 products::<FMA>(Lhs { data: &p_t, rows: keys, width: rows, stride: rp }, &grad_rows, dvp, &mut gv, true);
             }
-            tight.resize(keys * d, 0.0);
-            unpadded(&gk, keys, d, dp, &mut tight);
-            write(dk, kv * keys * d, keys * d, &mut scratch, |out| out.copy_from_slice(&tight));
-            tight.resize(keys * dv, 0.0);
-            unpadded(&gv, keys, dv, dvp, &mut tight);
-            write(dv_slot, kv * keys * dv, keys * dv, &mut scratch, |out| out.copy_from_slice(&tight));
+            self.write_rows(1, b, g, keys, d, &gk, dp, &mut scratch);
+            self.write_rows(2, b, g, keys, dv, &gv, dvp, &mut scratch);
         }
     }
 }
