@@ -252,6 +252,24 @@ def test_copy_between_dtypes_and_strides(src, dst):
     assert torch.equal(z.cpu(), a.to(dst).expand(4, 5, 6))
 
 
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("shape,order", [((17, 33), (1, 0)), ((32, 17, 192), (0, 2, 1)), ((2, 3, 17, 40), (0, 2, 1, 3)),
+                                         ((5, 1, 70, 3), (3, 2, 1, 0)), ((4, 16, 16), (2, 0, 1)), ((3, 0, 5), (2, 1, 0))])
+def test_permuted_copies_match_cpu(shape, order, device):
+    """Copies that transpose (the output runs along a dimension the input crosses at a
+    stride): tiles with partial edges, flipped inputs, outputs at strides of their own, empty."""
+    a = torch.randn(shape)
+    x = a.to(device)
+    assert torch.equal(x.permute(order).contiguous().cpu(), a.permute(order).contiguous())
+    assert torch.equal(x.flip(-1).permute(order).contiguous().cpu(), a.flip(-1).permute(order).contiguous())
+    out = torch.empty(shape, device=device).permute(order)
+    out.copy_(x.permute(order).contiguous().permute(*[order.index(d) for d in range(len(order))]).permute(order))
+    assert torch.equal(out.cpu(), a.permute(order))
+    back = torch.empty(shape, device=device)
+    back.copy_(x.permute(order).contiguous().permute(*[order.index(d) for d in range(len(order))]))
+    assert torch.equal(back.cpu(), a)
+
+
 def test_copy_of_other_dtypes_within_the_device():
     a = torch.arange(12).reshape(3, 4)
     x = a.openreg()
