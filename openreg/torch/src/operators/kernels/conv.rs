@@ -230,6 +230,60 @@ fn im2col_same(g: &Geometry, input: &[f32], columns: &mut [f32]) -> bool {
     true
 }
 
+/// For each tap and output position (the column matrix's rows of one channel, in order), the
+/// input element read within a channel's volume, or -1 where it lies in padding: what
+/// [`im2col_gathered`] reads, computed once per launch.
+fn gather_table(g: &Geometry) -> Vec<isize> {
+    let ([k0, k1, k2], [o0, o1, o2], [i0, i1, i2]) = (g.kernel, g.output, g.input);
+    let (s, p, d) = (g.stride, g.padding, g.dilation);
+    let at = |o: usize, k: usize, dim: usize, size: usize| {
+        let i = (o * s[dim] + k * d[dim]) as isize - p[dim] as isize;
+        (0..size as isize).contains(&i).then_some(i as usize)
+    };
+    let mut table = Vec::with_capacity(k0 * k1 * k2 * o0 * o1 * o2);
+    for a in 0..k0 {
+        for b in 0..k1 {
+            for e in 0..k2 {
+                for x in 0..o0 {
+                    for y in 0..o1 {
+                        for z in 0..o2 {
+                            let found = match (at(x, a, 0, i0), at(y, b, 1, i1), at(z, e, 2, i2)) {
+                                (Some(u), Some(v), Some(w)) => ((u * i1 + v) * i2 + w) as isize,
+                                _ => -1,
+                            };
+                            table.push(found);
+                        }
+                    }
+                }
+            }
+        }
+    }
+    table
+}
+
+/// [`im2col`] by a [`gather_table`], into rows `stride` apart: for planes of a few positions,
+/// where copying a line at a time spends its time on lines of four elements, and the rows go
+/// straight into a wider matrix (samples side by side) with no second copy.
+///
+/// # Safety
+/// `dst` holds `rows()` rows of `positions()` floats, `stride` apart, that nothing else
+/// touches meanwhile.
+unsafe fn im2col_gathered(g: &Geometry, table: &[isize], input: &[f32], dst: *mut f32, stride: usize) {
+    let (positions, volume) = (g.positions(), g.pixels());
+    assert!(table.iter().all(|&i| i < volume as isize), "gather_table reads inside a channel");
+    let taps = table.chunks_exact(positions.max(1));
+    for (c, plane) in input.chunks_exact(volume).take(g.in_channels).enumerate() {
+        for (t, tap) in taps.clone().enumerate() {
+            // SAFETY: row c * taps + t of `dst`, as the caller promises.
+            let row = unsafe { std::slice::from_raw_parts_mut(dst.add((c * taps.len() + t) * stride), positions) };
+            for (v, &i) in row.iter_mut().zip(tap) {
+                // SAFETY: i < volume (asserted above), the length of `plane`.
+                *v = if i < 0 { 0.0 } else { unsafe { *plane.get_unchecked(i as usize) } };
+            }
+        }
+    }
+}
+
 /// The reverse of [`im2col`]: adds each column entry into the input element it was read from.
 fn col2im(g: &Geometry, columns: &[f32], input: &mut [f32]) {
     let (width, stride) = (g.output[2], g.stride[2]);
@@ -649,6 +703,7 @@ impl Convolution {
         let (cin, cout) = (g.in_channels, g.out_channels);
         let chunk = (256 / positions).clamp(1, g.batch); // about 256 columns per product
         let (mut columns, mut product, mut across) = (Vec::new(), Vec::new(), Vec::new());
+        let table = if self.op == Conv::Forward && !g.pointwise() { gather_table(&g) } else { Vec::new() };
         for group in 0..g.groups {
             let weight = View { ptr: self.weight + group * cout * rows * 4, rs: rows as isize, cs: 1 };
             for first in (0..g.batch).step_by(chunk) {
@@ -663,15 +718,13 @@ impl Convolution {
                 unsafe {
                     if self.op == Conv::Forward {
                         let at = columns.as_mut_ptr() as usize;
-                        per_sample(count, rows * positions, |k, one| {
-                            let block: &[f32] = if g.pointwise() {
-                                input(k)
-                            } else {
-                                im2col(&g, input(k), one);
-                                one
-                            };
+                        per_sample(count, 0, |k, _| {
                             // SAFETY: sample k's columns of the [rows, width] matrix, its alone.
-                            place(at, width, k, block, positions);
+                            if g.pointwise() {
+                                place(at, width, k, input(k), positions);
+                            } else {
+                                im2col_gathered(&g, &table, input(k), (at as *mut f32).add(k * positions), width);
+                            }
                         });
                         if few_rows_against_many(cout, width, rows) {
                             // A handful of columns: gemm would repack the whole weight for them.
@@ -930,6 +983,29 @@ mod tests {
 
     /// The block copies of `im2col_same` against the line-at-a-time path, on every shape of
     /// padding, dilation and size that takes them (wrapped entries, taps wholly in padding).
+    #[test]
+    fn im2col_gathered_matches_im2col() {
+        // Strides, padding, dilation and a kernel wider than the padded input's edge.
+        for (input, kernel, stride, padding, dilation) in
+            [([1, 4, 4], [1, 3, 3], [1, 1, 1], [0, 1, 1], [1, 1, 1]), ([1, 7, 5], [1, 3, 2], [1, 2, 1], [0, 1, 0], [1, 1, 2]),
+             ([3, 4, 4], [2, 3, 3], [1, 2, 2], [1, 0, 2], [1, 1, 1]), ([1, 2, 2], [1, 1, 5], [1, 1, 1], [0, 0, 2], [1, 1, 1])]
+        {
+            let output: [usize; 3] = std::array::from_fn(|d| (input[d] + 2 * padding[d] - dilation[d] * (kernel[d] - 1) - 1) / stride[d] + 1);
+            let g = Geometry { batch: 1, groups: 1, in_channels: 3, out_channels: 1, input, output, kernel, stride, padding, dilation };
+            let x: Vec<f32> = (0..3 * g.pixels()).map(|i| i as f32 + 1.0).collect();
+            let mut want = vec![0.0; g.rows() * g.positions()];
+            im2col(&g, &x, &mut want);
+            // Into the middle columns of a wider matrix, whose other columns stay as they were.
+            let stride = g.positions() + 3;
+            let mut got = vec![-1.0; g.rows() * stride];
+            unsafe { im2col_gathered(&g, &gather_table(&g), &x, got.as_mut_ptr().add(2), stride) };
+            for (r, row) in got.chunks_exact(stride).enumerate() {
+                assert_eq!(&row[2..2 + g.positions()], &want[r * g.positions()..][..g.positions()], "{input:?} {kernel:?} row {r}");
+                assert!(row[..2].iter().chain(&row[2 + g.positions()..]).all(|&v| v == -1.0));
+            }
+        }
+    }
+
     #[test]
     fn im2col_same_matches_im2col_lines() {
         let mut tried = 0;
