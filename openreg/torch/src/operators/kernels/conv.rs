@@ -269,6 +269,22 @@ fn gather_table(g: &Geometry) -> Vec<isize> {
 /// `dst` holds `rows()` rows of `positions()` floats, `stride` apart, that nothing else
 /// touches meanwhile.
 unsafe fn im2col_gathered(g: &Geometry, table: &[isize], input: &[f32], dst: *mut f32, stride: usize) {
+    // The gathers in the CPU's widest vectors, where it has them.
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx512f") {
+        return unsafe { im2col_gathered_avx512(g, table, input, dst, stride) };
+    }
+    unsafe { im2col_gathered_any(g, table, input, dst, stride) }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn im2col_gathered_avx512(g: &Geometry, table: &[isize], input: &[f32], dst: *mut f32, stride: usize) {
+    unsafe { im2col_gathered_any(g, table, input, dst, stride) }
+}
+
+#[inline(always)]
+unsafe fn im2col_gathered_any(g: &Geometry, table: &[isize], input: &[f32], dst: *mut f32, stride: usize) {
     let (positions, volume) = (g.positions(), g.pixels());
     assert!(table.iter().all(|&i| i < volume as isize), "gather_table reads inside a channel");
     let taps = table.chunks_exact(positions.max(1));
