@@ -151,16 +151,19 @@ at::Tensor dropout_backward(const at::Tensor& grad, const at::Tensor& mask, doub
 // ANCHOR_END: dropout
 
 // The Rust kernel (kernels/attention.rs) takes one head at a time, its products in registers:
-// up to 64 x 64 query rows by keys at a head size of 64 it beats a chain of device operators;
-// anything larger is the matrix kernel's (our CPU tuning, measured per head as query rows x
-// keys x head size: a vendor's kernel tiles instead). It takes no dropout, and no bias whose
-// gradient is asked for (its backward does not form dS).
-constexpr int64_t kRowKernelWork = 1 << 18;
+// up to about 3 million multiply-adds per product (query rows x keys x head size, counting only
+// the pairs a causal mask keeps) it beats a chain of device operators; anything larger is the
+// matrix kernel's (our CPU tuning: a vendor's kernel tiles instead). It takes no dropout, and no
+// bias whose gradient is asked for (its backward does not form dS).
+constexpr int64_t kRowKernelWork = 3 << 20;
 
 bool row_kernel_applies(const at::Tensor& q, const at::Tensor& k, const std::optional<at::Tensor>& bias,
-                        double dropout_p) {
+                        double dropout_p, bool is_causal) {
   const int64_t l = q.size(-2), n = k.size(-2);
-  return dropout_p == 0.0 && n > 0 && l * n * q.size(-1) <= kRowKernelWork &&
+  // The (query, key) pairs the kernel computes: row i of a causal head stops at key i.
+  const int64_t m = std::min(l, n);
+  const int64_t pairs = is_causal ? m * (m + 1) / 2 + (l - m) * n : l * n;
+  return dropout_p == 0.0 && n > 0 && pairs * q.size(-1) <= kRowKernelWork &&
          (!bias || !bias->defined() || bias->dim() <= 4);
 }
 
@@ -224,7 +227,7 @@ attention_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                   bool return_debug_mask, std::optional<double> scale) {
   TORCH_CHECK(dropout_p >= 0.0 && dropout_p < 1.0,
               "openreg's fused attention takes a dropout probability in [0, 1); got ", dropout_p);
-  if (row_kernel_applies(q, k, bias, dropout_p)) {
+  if (row_kernel_applies(q, k, bias, dropout_p, is_causal)) {
     const at::Tensor mask = expanded_mask(bias, q, k);
     at::Tensor lse = at::empty({q.size(0), q.size(1), q.size(2)}, q.options().dtype(at::kFloat));
     AttentionShape shape = attention_shape(q, k, v, mask, is_causal, scale_of(q, scale));
@@ -280,7 +283,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> attention_backward(
   const double sc = scale_of(q, scale);
   const std::optional<at::Tensor> bias_opt = bias.defined() ? std::optional(bias) : std::nullopt;
   const bool bias_grad = mask[3] && bias.defined() && bias.scalar_type() != at::kBool;
-  if (row_kernel_applies(q, k, bias_opt, dropout_p) && !bias_grad) {
+  if (row_kernel_applies(q, k, bias_opt, dropout_p, is_causal) && !bias_grad) {
     const at::Tensor m = expanded_mask(bias_opt, q, k);
     AttentionShape shape = attention_shape(q, k, v, m, is_causal, sc);
     at::Tensor gq = output_of(q, q.sizes(), shape, 0), gk = output_of(k, k.sizes(), shape, 1),

@@ -163,47 +163,86 @@ struct Lhs<'a> {
     stride: usize,
 }
 
+/// Which part of a product a causal mask leaves (row `r` of a head attends to keys `0..=r`):
+/// what would be computed outside it is a product with zeros, or a score the softmax drops.
+#[derive(Clone, Copy, PartialEq)]
+enum Band {
+    /// The whole product.
+    Full,
+    /// Row `r`'s columns `0..=r` only (scores: the rest are left unwritten).
+    Columns,
+    /// Row `r` sums over `t <= r` only (`a`'s row is zero past it: P and dS by query row).
+    Prefix,
+    /// Row `r` sums over `t >= r` only (`a`'s row is zero before it: P^T and dS^T by key).
+    Suffix,
+}
+
 /// `out[r] = a[r] @ b` (or `+=` when `accumulate`) for every row of `a`, where `b` is
 /// `a.width` rows of `cols` elements (a multiple of 16) and `out`'s rows are `cols` apart:
 /// the matrix products of one head, small enough that packing them for gemm would cost more.
+/// `band` skips what a causal mask makes zero, a block of rows at a time.
+///
+/// The block of sums held in registers fits the register file: 4 rows by 32 columns (8 of
+/// AVX-512's 32 registers), 4 by 16 with AVX2 (8 of its 16; 4 by 32 would take all 16 and
+/// spill, a third more time on a Zen 3 core).
 #[inline(always)]
-fn products<const FMA: bool>(a: Lhs, b: &[f32], cols: usize, out: &mut [f32], accumulate: bool) {
+fn products<const FMA: bool, const WIDE: bool>(a: Lhs, b: &[f32], cols: usize, out: &mut [f32], accumulate: bool, band: Band) {
     assert!(cols % 16 == 0 && b.len() >= a.width * cols && out.len() >= a.rows * cols);
     assert!(a.rows == 0 || a.data.len() >= (a.rows - 1) * a.stride + a.width);
+    if WIDE {
+        blocks::<FMA, 4, 2>(a, b, cols, out, accumulate, band)
+    } else {
+        blocks::<FMA, 4, 1>(a, b, cols, out, accumulate, band)
+    }
+}
+
+/// [`products`] by blocks of R rows and 16 C columns.
+#[inline(always)]
+fn blocks<const FMA: bool, const R: usize, const C: usize>(a: Lhs, b: &[f32], cols: usize, out: &mut [f32], accumulate: bool, band: Band) {
     let mut r = 0;
-    while r + 4 <= a.rows {
-        products_of_rows::<FMA, 4>(a, r, b, cols, out, accumulate);
-        r += 4;
+    while r + R <= a.rows {
+        products_of_rows::<FMA, R, C>(a, r, b, cols, out, accumulate, band);
+        r += R;
     }
     while r < a.rows {
-        products_of_rows::<FMA, 1>(a, r, b, cols, out, accumulate);
+        products_of_rows::<FMA, 1, C>(a, r, b, cols, out, accumulate, band);
         r += 1;
     }
 }
 
-/// [`products`] for rows `first..first + R`: R rows by 16 or 32 columns of sums stay in
+/// [`products`] for rows `first..first + R`: R rows by 16 C columns of sums stay in
 /// registers while the products run along the width (eight chains of multiply-adds keep both
 /// of a core's units busy). Whole vectors are read and written (updating an array's lanes in
 /// place compiled to scalar code).
 #[inline(always)]
-fn products_of_rows<const FMA: bool, const R: usize>(a: Lhs, first: usize, b: &[f32], cols: usize, out: &mut [f32], accumulate: bool) {
+fn products_of_rows<const FMA: bool, const R: usize, const C: usize>(
+    a: Lhs, first: usize, b: &[f32], cols: usize, out: &mut [f32], accumulate: bool, band: Band,
+) {
+    // The block's last row reaches furthest (columns, prefix); its first row starts earliest.
+    let end = if band == Band::Columns { cols.min((first + R).next_multiple_of(16)) } else { cols };
+    let span = match band {
+        Band::Prefix => 0..a.width.min(first + R),
+        Band::Suffix => first.min(a.width)..a.width,
+        _ => 0..a.width,
+    };
     let mut c = 0;
-    while c + 32 <= cols {
-        columns::<FMA, R, 2>(a, first, b, cols, c, out, accumulate);
-        c += 32;
+    while c + 16 * C <= end {
+        columns::<FMA, R, C>(a, first, b, cols, c, out, accumulate, span.clone());
+        c += 16 * C;
     }
-    if c < cols {
-        columns::<FMA, R, 1>(a, first, b, cols, c, out, accumulate);
+    if c < end {
+        columns::<FMA, R, 1>(a, first, b, cols, c, out, accumulate, span);
     }
 }
 
 #[inline(always)]
 fn columns<const FMA: bool, const R: usize, const C: usize>(
-    a: Lhs, first: usize, b: &[f32], cols: usize, c: usize, out: &mut [f32], accumulate: bool,
+    a: Lhs, first: usize, b: &[f32], cols: usize, c: usize, out: &mut [f32], accumulate: bool, span: std::ops::Range<usize>,
 ) {
     let mut sums = [[[0f32; 16]; C]; R];
     // SAFETY (every access): rows first..first + R of `a` and `out`, columns c..c + 16 C <=
-    // cols of `b` and `out`, t < a.width: inside the operands (asserted by `products`).
+    // cols of `b` and `out`, t in `span` (inside 0..a.width): inside the operands (asserted by
+    // `products`).
     if accumulate {
         for (i, row) in sums.iter_mut().enumerate() {
             for (j, sum) in row.iter_mut().enumerate() {
@@ -211,7 +250,7 @@ fn columns<const FMA: bool, const R: usize, const C: usize>(
             }
         }
     }
-    for t in 0..a.width {
+    for t in span {
         let mut column = [[0f32; 16]; C];
         for (j, v) in column.iter_mut().enumerate() {
             *v = unsafe { *(b.as_ptr().add(t * cols + c + 16 * j) as *const [f32; 16]) };
@@ -311,11 +350,19 @@ impl Attention {
         [s.batch, s.heads, s.kv_heads, s.query_len, s.key_len, s.head_dim, s.value_dim].map(|v| v.max(0) as usize)
     }
 
-    /// Row `i` of head `h` of sample `b`, given `q . k_j`: scaled, plus the mask, -inf above
-    /// the diagonal when causal.
+    /// How many keys row `i` attends to: all, or `0..=i` when causal (top left aligned, as
+    /// `is_causal` is in `torch/nn/functional.py`'s reference).
+    #[inline(always)]
+    fn live(&self, i: usize) -> usize {
+        let keys = self.dims()[4];
+        if self.shape.causal { keys.min(i + 1) } else { keys }
+    }
+
+    /// The first keys of row `i` of head `h` of sample `b`, given `q . k_j`: scaled, plus the
+    /// mask. Keys a causal mask drops are not among them ([`Self::live`]).
     #[inline(always)]
     fn scores(&self, b: usize, h: usize, i: usize, scores: &mut [f32], mask_row: &mut Vec<f32>) {
-        let keys = self.dims()[4];
+        let keys = scores.len();
         let scale = self.shape.scale as f32;
         for s in scores.iter_mut() {
             *s *= scale;
@@ -330,9 +377,12 @@ impl Attention {
                 *s = if dt == Dtype::Bool { if m != 0.0 { *s } else { f32::NEG_INFINITY } } else { *s + m };
             }
         }
-        if self.shape.causal {
-            scores.iter_mut().skip(i + 1).for_each(|s| *s = f32::NEG_INFINITY);
-        }
+    }
+
+    /// The parts of the products a causal mask leaves: by query row and key (scores), by query
+    /// row over keys (P V, dS K), by key over query rows (dS^T Q, P^T dO).
+    fn bands(&self) -> (Band, Band, Band) {
+        if self.shape.causal { (Band::Columns, Band::Prefix, Band::Suffix) } else { (Band::Full, Band::Full, Band::Full) }
     }
 
     pub(crate) fn run(&self, backward: bool) {
@@ -354,7 +404,7 @@ impl Attention {
                     Simd::Avx2 => return self.units_avx2(units, backward),
                     Simd::Baseline => {}
                 }
-                self.units::<false>(units, backward)
+                self.units::<false, false>(units, backward)
             }
         });
     }
@@ -362,22 +412,24 @@ impl Attention {
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx512f,avx2,fma")]
     unsafe fn units_avx512(&self, units: std::ops::Range<usize>, backward: bool) {
-        unsafe { self.units::<true>(units, backward) }
+        unsafe { self.units::<true, true>(units, backward) }
     }
 
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2,fma")]
     unsafe fn units_avx2(&self, units: std::ops::Range<usize>, backward: bool) {
-        unsafe { self.units::<true>(units, backward) }
+        unsafe { self.units::<true, false>(units, backward) }
     }
 
+    /// `WIDE`: blocks of sums for AVX-512's register file ([`products`]).
+    ///
     /// # Safety
     /// As for the units' functions.
     #[inline(always)]
-    unsafe fn units<const FMA: bool>(&self, units: std::ops::Range<usize>, backward: bool) {
+    unsafe fn units<const FMA: bool, const WIDE: bool>(&self, units: std::ops::Range<usize>, backward: bool) {
         for unit in units {
             unsafe {
-                if backward { self.backward_unit::<FMA>(unit) } else { self.forward_unit::<FMA>(unit) }
+                if backward { self.backward_unit::<FMA, WIDE>(unit) } else { self.forward_unit::<FMA, WIDE>(unit) }
             }
         }
     }
@@ -385,12 +437,13 @@ impl Attention {
     /// Every query head of key/value head `unit % kv_heads` of sample `unit / kv_heads`:
     /// S = Q K^T, P = softmax(S) a row at a time, O = P V.
     #[inline(always)]
-    unsafe fn forward_unit<const FMA: bool>(&self, unit: usize) {
+    unsafe fn forward_unit<const FMA: bool, const WIDE: bool>(&self, unit: usize) {
         let [_, heads, kv_heads, rows, keys, d, dv] = self.dims();
         let (b, g) = (unit / kv_heads, unit % kv_heads);
         let group = heads / kv_heads;
         let lse = self.slots[1];
         let (np, dvp) = (keys.next_multiple_of(16), dv.next_multiple_of(16));
+        let band = self.bands();
         let (mut s, mut o) = (vec![0f32; rows * np], vec![0f32; rows * dvp]);
         let (mut mask_row, mut ob) = (Vec::new(), Vec::new());
         unsafe {
@@ -400,11 +453,11 @@ impl Attention {
             for h in g * group..(g + 1) * group {
                 let head = b * heads + h;
                 let q = self.rows(2, Input::Q, b, h, rows, d);
-                products::<FMA>(Lhs { data: &q, rows, width: d, stride: d }, &kt, np, &mut s, false);
+                products::<FMA, WIDE>(Lhs { data: &q, rows, width: d, stride: d }, &kt, np, &mut s, false, band.0);
                 let mut lse_rows = vec![0f32; rows];
                 for i in 0..rows {
-                    let (scores, pad) = s[i * np..(i + 1) * np].split_at_mut(keys);
-                    pad.fill(0.0);
+                    let (scores, dropped) = s[i * np..i * np + keys].split_at_mut(self.live(i));
+                    dropped.fill(0.0); // P = 0, read by the product with V
                     self.scores(b, h, i, scores, &mut mask_row);
                     let max = lanes_max(scores);
                     if max == f32::NEG_INFINITY {
@@ -422,7 +475,7 @@ impl Attention {
                     scores.iter_mut().for_each(|x| *x *= inverse);
                     lse_rows[i] = max + total.ln();
                 }
-                products::<FMA>(Lhs { data: &s, rows, width: keys, stride: np }, &v, dvp, &mut o, false);
+                products::<FMA, WIDE>(Lhs { data: &s, rows, width: keys, stride: np }, &v, dvp, &mut o, false, band.1);
                 for (i, &l) in lse_rows.iter().enumerate() {
                     if l == f32::NEG_INFINITY {
                         o[i * dvp..(i + 1) * dvp].fill(f32::NAN);
@@ -439,13 +492,14 @@ impl Attention {
     /// dP = dO V^T, dS = P (dP - rowsum(P dP)), then dQ = dS K, dK = dS^T Q and dV = P^T dO,
     /// dK and dV summed over the query heads of the group.
     #[inline(always)]
-    unsafe fn backward_unit<const FMA: bool>(&self, unit: usize) {
+    unsafe fn backward_unit<const FMA: bool, const WIDE: bool>(&self, unit: usize) {
         let [_, heads, kv_heads, rows, keys, d, dv] = self.dims();
         let (b, g) = (unit / kv_heads, unit % kv_heads);
         let group = heads / kv_heads;
         let lse = self.slots[8];
         let scale = self.shape.scale as f32;
         let (np, dp, dvp) = (keys.next_multiple_of(16), d.next_multiple_of(16), dv.next_multiple_of(16));
+        let band = self.bands();
         let mut mask_row = Vec::new();
         let (mut s, mut d_p) = (vec![0f32; rows * np], vec![0f32; rows * np]);
         let (mut gq, mut gk, mut gv) = (vec![0f32; rows * dp], vec![0f32; keys * dp], vec![0f32; keys * dvp]);
@@ -459,29 +513,33 @@ impl Attention {
                 let q = self.rows(4, Input::Q, b, h, rows, d);
                 let grad = self.rows(3, Input::GradOut, b, h, rows, dv);
                 let lse_rows = std::slice::from_raw_parts((lse.0 as *const f32).add(head * rows), rows);
-                products::<FMA>(Lhs { data: &q, rows, width: d, stride: d }, &kt, np, &mut s, false);
-                products::<FMA>(Lhs { data: &grad, rows, width: dv, stride: dv }, &vt, np, &mut d_p, false);
+                products::<FMA, WIDE>(Lhs { data: &q, rows, width: d, stride: d }, &kt, np, &mut s, false, band.0);
+                products::<FMA, WIDE>(Lhs { data: &grad, rows, width: dv, stride: dv }, &vt, np, &mut d_p, false, band.0);
                 for i in 0..rows {
-                    let scores = &mut s[i * np..i * np + keys];
+                    let live = self.live(i);
+                    let (scores, dropped) = s[i * np..i * np + keys].split_at_mut(live);
+                    dropped.fill(0.0);
                     self.scores(b, h, i, scores, &mut mask_row);
                     for x in scores.iter_mut() {
                         *x = exp_with::<FMA>(*x - lse_rows[i]); // P, the forward's probabilities
                     }
-                    let dot_sum = dot(scores, &d_p[i * np..i * np + keys]);
+                    let (d_s, dropped) = d_p[i * np..i * np + keys].split_at_mut(live);
+                    dropped.fill(0.0);
+                    let dot_sum = dot(scores, d_s);
                     // dS (scaled), in place of dP; P stays in `s`. A masked key has no gradient.
-                    for (x, &p) in d_p[i * np..i * np + keys].iter_mut().zip(scores.iter()) {
+                    for (x, &p) in d_s.iter_mut().zip(scores.iter()) {
                         *x = if p == 0.0 { 0.0 } else { scale * p * (*x - dot_sum) };
                     }
                 }
-                products::<FMA>(Lhs { data: &d_p, rows, width: keys, stride: np }, &k_rows, dp, &mut gq, false);
+                products::<FMA, WIDE>(Lhs { data: &d_p, rows, width: keys, stride: np }, &k_rows, dp, &mut gq, false, band.1);
                 self.write_rows(0, b, h, rows, d, &gq, dp, &mut scratch);
                 // dK += dS^T Q, dV += P^T dO: the transposes have a row per key.
                 let rp = rows.next_multiple_of(16);
                 transpose_into(&mut d_s_t, &d_p, rows, keys, np, rp);
                 transpose_into(&mut p_t, &s, rows, keys, np, rp);
                 let (q_rows, grad_rows) = (padded_rows(&q, rows, d, dp), padded_rows(&grad, rows, dv, dvp));
-                products::<FMA>(Lhs { data: &d_s_t, rows: keys, width: rows, stride: rp }, &q_rows, dp, &mut gk, true);
-                products::<FMA>(Lhs { data: &p_t, rows: keys, width: rows, stride: rp }, &grad_rows, dvp, &mut gv, true);
+                products::<FMA, WIDE>(Lhs { data: &d_s_t, rows: keys, width: rows, stride: rp }, &q_rows, dp, &mut gk, true, band.2);
+                products::<FMA, WIDE>(Lhs { data: &p_t, rows: keys, width: rows, stride: rp }, &grad_rows, dvp, &mut gv, true, band.2);
             }
             self.write_rows(1, b, g, keys, d, &gk, dp, &mut scratch);
             self.write_rows(2, b, g, keys, dv, &gv, dvp, &mut scratch);
@@ -492,6 +550,48 @@ impl Attention {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every instance of [`products`] (AVX-512's blocks and AVX2's, with and without FMA: the
+    /// running machine executes each, whatever its own vector width) against a plain sum, for
+    /// each band, with rows and columns that leave partial blocks, accumulating or not.
+    #[test]
+    fn products_match_a_plain_sum_in_every_band() {
+        fn check(run: fn(Lhs, &[f32], usize, &mut [f32], bool, Band)) {
+            for (rows, width, cols) in [(1, 1, 16), (7, 5, 48), (9, 33, 32), (13, 13, 16), (4, 20, 64)] {
+                let a: Vec<f32> = (0..rows * width).map(|i| ((i * 7 % 11) as f32 - 5.0) * 0.25).collect();
+                let b: Vec<f32> = (0..width * cols).map(|i| ((i * 5 % 13) as f32 - 6.0) * 0.5).collect();
+                for band in [Band::Full, Band::Columns, Band::Prefix, Band::Suffix] {
+                    for accumulate in [false, true] {
+                        let start: Vec<f32> = (0..rows * cols).map(|i| (i % 3) as f32).collect();
+                        // What the band leaves of `a`: zero where the caller's rows are zero.
+                        let kept = |r: usize, t: usize| match band {
+                            Band::Prefix => t <= r,
+                            Band::Suffix => t >= r,
+                            _ => true,
+                        };
+                        let a: Vec<f32> = (0..rows * width).map(|i| if kept(i / width, i % width) { a[i] } else { 0.0 }).collect();
+                        let mut out = start.clone();
+                        run(Lhs { data: &a, rows, width, stride: width }, &b, cols, &mut out, accumulate, band);
+                        for r in 0..rows {
+                            for c in 0..cols {
+                                if band == Band::Columns && c > r {
+                                    continue; // left unwritten: the caller drops these scores
+                                }
+                                let sum: f32 = (0..width).map(|t| a[r * width + t] * b[t * cols + c]).sum();
+                                let want = sum + if accumulate { start[r * cols + c] } else { 0.0 };
+                                let got = out[r * cols + c];
+                                assert!((got - want).abs() <= 1e-4 * want.abs().max(1.0), "{rows}x{width}x{cols} {r},{c}: {got} vs {want}");
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        check(products::<true, true>);
+        check(products::<true, false>);
+        check(products::<false, true>);
+        check(products::<false, false>);
+    }
 
     #[test]
     fn dot_matches_a_plain_sum_at_every_length() {
