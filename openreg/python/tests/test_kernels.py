@@ -118,6 +118,50 @@ def test_same_shape_short_way_gives_what_tensor_iterator_gives():
     loss.backward()
 
 
+
+# (full, part): a bias, a row scale, rotary tables, a channel scale, a 0-dim and a one-element
+# tensor, rows longer than a kernel block (4097: not a multiple of it), a part with as many
+# dimensions as the full one, and a size-1 dimension of the full shape inside the span.
+BROADCAST_IN_ONE_BLOCK = [((2, 12, 64), (64,)), ((2, 12, 64), (2, 12, 1)), ((2, 4, 12, 16), (1, 1, 12, 16)),
+                          ((4, 8, 5, 5), (1, 8, 1, 1)), ((5, 17), ()), ((5, 17), (1,)), ((3, 4097), (4097,)),
+                          ((3, 4097), (3, 1)), ((3, 40), (1, 40)), ((2, 1, 64), (1, 64)), ((600, 100), (100,))]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("full,part", BROADCAST_IN_ONE_BLOCK, ids=str)
+def test_broadcast_short_way_gives_what_tensor_iterator_gives(full, part, device):
+    # One input broadcast in one block also skips TensorIterator (Structured.h,
+    # broadcast_inner): values, shape and strides as CPU's, in either argument order.
+    a, b = torch.randn(full), torch.randn(part).abs() + 0.5
+    for fn in [torch.add, torch.sub, torch.mul, torch.div, lambda p, q: torch.sub(p, q, alpha=2.5)]:
+        for x, y in [(a, b), (b, a)]:
+            got = check(fn, x, y, device=device)
+            assert got.stride() == fn(x, y).stride() and got.is_contiguous()
+    for name in ["add_", "sub_", "mul_", "div_"]:
+        check(lambda p, q, name=name: getattr(p.clone(), name)(q), a, b, device=device)
+    odd = torch.randn(b.numel()).as_strided(b.shape, [99 if n == 1 else s for n, s in zip(b.shape, b.stride())])
+    check(torch.mul, a, odd, device=device)  # contiguous, whatever a size-1 dimension's stride
+
+
+def test_broadcast_short_way_leaves_the_rest_to_the_general_path():
+    # Shapes that are not one block, rows too short to be worth it, and what only the
+    # general path raises, as on the CPU.
+    for full, part in [((3, 4), (3, 1)), ((40, 1, 20), (1, 7, 1)), ((6, 5, 4), (6, 1, 4)), ((2, 3, 4), (3, 1))]:
+        a, b = torch.randn(full), torch.randn(part)
+        for x, y in [(a, b), (b, a)]:
+            check(torch.mul, x, y, device="openreg:0")
+    same_error(lambda p, q: p.mul_(q), torch.ones(64), torch.ones(2, 64))  # self is the broadcast one
+    same_error(lambda p, q: p.add_(q), torch.ones(2, 3), torch.ones(4))
+    same_error(lambda p: p.mul_(p[0]), torch.randn(4, 64))  # the part overlaps self
+    with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device"):
+        torch.ones(2, 64, device="openreg:0") * torch.ones(64, device="openreg:1")
+    x, w = torch.randn(2, 64, requires_grad=True), torch.randn(64, requires_grad=True)
+    (x * w).sum().backward()
+    xo, wo = x.detach().openreg().requires_grad_(), w.detach().openreg().requires_grad_()
+    (xo * wo).sum().backward()
+    torch.testing.assert_close(wo.grad.cpu(), w.grad)
+    torch.testing.assert_close(xo.grad.cpu(), x.grad)
+
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_type_promotion(dtype):
     a, b = torch.randn(4, 3), torch.randn(3).to(dtype)

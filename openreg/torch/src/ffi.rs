@@ -16,7 +16,7 @@ use crate::operators::fallback::record_fallback;
 use crate::operators::kernels::attention::launch_attention;
 use crate::operators::kernels::conv::launch_convolution;
 use crate::operators::kernels::dropout::{launch_dropout, launch_dropout_at};
-use crate::operators::kernels::elementwise::{launch_abs_f32, launch_pointwise, launch_same_shape};
+use crate::operators::kernels::elementwise::{launch_abs_f32, launch_broadcast, launch_pointwise, launch_same_shape};
 use crate::operators::kernels::embedding::{embedding_backward, gather_rows, index_select};
 use crate::operators::kernels::factory::{launch_arange, launch_fill_int};
 use crate::operators::kernels::foreach::launch_foreach;
@@ -687,6 +687,16 @@ pub(crate) mod ffi {
             device: i64,
         ) -> Result<bool>;
         fn launch_same_shape(op: Pointwise, scalar: f64, out: Dense, a: Dense, b: Dense, device: i64) -> Result<bool>;
+        fn launch_broadcast(
+            op: Pointwise,
+            scalar: f64,
+            out: Dense,
+            full: Dense,
+            part: Dense,
+            part_first: bool,
+            inner: usize,
+            device: i64,
+        ) -> Result<bool>;
         fn launch_reduction(
             op: Reduction,
             count: f64,

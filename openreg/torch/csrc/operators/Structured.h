@@ -12,6 +12,7 @@
 #include <ATen/MemoryOverlap.h>
 #include <ATen/TensorMeta.h>
 #include <ATen/core/op_registration/adaption.h>
+#include <c10/util/accumulate.h>
 
 #include <array>
 #include <functional>
@@ -159,13 +160,49 @@ decltype(auto) on_host(const char* op, c10::ScalarType dtype, F&& run) {
 }
 // ANCHOR_END: on_host
 
+// ANCHOR: broadcast_inner
+// Whether `part` broadcasts against `full` in one block: `full`'s shape with dimensions of size 1
+// before and after a span it shares (a bias [n] against [.., n], a row's scale [.., 1], a
+// channel's [1, c, 1, 1]). Then output element i reads part[(i / inner) % part.numel()];
+// returns `inner`, the elements that read one element of `part` in a row (1: `part` is read
+// whole, once per row of its size), or 0 for any other shape, or rows too short to be worth it.
+inline int64_t broadcast_inner(at::IntArrayRef full, at::IntArrayRef part) {
+  if (part.size() > full.size()) {
+    return 0;
+  }
+  const size_t lead = full.size() - part.size();
+  auto size = [&](size_t d) { return d < lead ? 1 : part[d - lead]; };  // `part` aligned right
+  size_t d = 0;
+  while (d < full.size() && size(d) == 1) {
+    ++d;
+  }
+  size_t end = d;
+  while (end < full.size() && size(end) == full[end]) {
+    ++end;
+  }
+  int64_t inner = 1;
+  for (size_t k = end; k < full.size(); ++k) {
+    if (size(k) != 1) {
+      return 0;
+    }
+    inner *= full[k];
+  }
+  const int64_t period = c10::multiply_integers(part);
+  if (period == 1) {
+    inner = c10::multiply_integers(full);  // one element for all: a single row
+  }
+  return (inner == 1 ? period : inner) >= 16 ? inner : 0;
+}
+// ANCHOR_END: broadcast_inner
+
 // ANCHOR: same_shape
-// The common case, recognised without TensorIterator: float32 tensors of one shape, contiguous,
-// on one device, with real scalars. TensorIterator would give them a contiguous float32 output
-// of that shape and one run of memory each, but finding that out costs it more than adding two
-// 3x3 tensors. Anything else (broadcasting, other dtypes or layouts, an in-place input
-// that partly overlaps self, out=) takes the general path, errors included. The tensors are
-// taken in argument order, which must be the kernel's order. True when launched.
+// The common cases, recognised without TensorIterator: contiguous float32 tensors on one
+// device, with real scalars, of one shape or with one of two inputs broadcast in one block
+// (`broadcast_inner`). TensorIterator would give them a contiguous float32 output of the full
+// shape and a run of memory each, but finding that out costs it more than adding two 3x3
+// tensors. Anything else (other broadcasts, dtypes or layouts, an in-place input that overlaps
+// self, out=) takes the general path, errors included. The tensors are taken in argument
+// order, which must be the kernel's order. True when launched.
 template <Variant kind, class... Args>
 bool same_shape(Pointwise op, double scalar, const at::Tensor& given, at::Tensor& result,
                 const Args&... args) {
@@ -178,7 +215,7 @@ bool same_shape(Pointwise op, double scalar, const at::Tensor& given, at::Tensor
     if constexpr (std::is_same_v<T, at::Tensor>) {
       simple = simple && n < in.size() && arg.defined() && arg.is_privateuseone() &&
                arg.scalar_type() == at::kFloat && arg.is_contiguous() && !arg.is_neg() &&
-               (n == 0 || (arg.device() == in[0]->device() && arg.sizes() == in[0]->sizes()));
+               (n == 0 || arg.device() == in[0]->device());
       if (simple) {
         in[n++] = &arg;
       }
@@ -194,17 +231,38 @@ bool same_shape(Pointwise op, double scalar, const at::Tensor& given, at::Tensor
     return false;
   }
   const at::Tensor& self = *in[0];
+  // The input of the output's shape (`full`) and, if the other is broadcast, the other.
+  const at::Tensor* full = &self;
+  const at::Tensor* part = nullptr;
+  int64_t inner = 0;
+  if (n > 1 && in[1]->sizes() != self.sizes()) {
+    if (self.numel() > 0 && (inner = broadcast_inner(self.sizes(), in[1]->sizes())) > 0) {
+      part = in[1];
+    } else if (kind != Variant::InPlace && in[1]->numel() > 0 &&
+               (inner = broadcast_inner(in[1]->sizes(), self.sizes())) > 0) {
+      full = in[1];
+      part = &self;
+    } else {
+      return false;
+    }
+  }
   if constexpr (kind == Variant::InPlace) {
     // x.add_(x) is fine; an input that overlaps self only partly is TensorIterator's error.
     if (!given.is_same(self) ||
-        (n > 1 && in[1]->is_alias_of(self) && in[1]->const_data_ptr() != self.const_data_ptr())) {
+        (n > 1 && in[1]->is_alias_of(self) &&
+         (part != nullptr || in[1]->const_data_ptr() != self.const_data_ptr()))) {
       return false;
     }
     result = given;
   } else {
-    result = create_out(self.sizes(), {}, self.options());
+    result = create_out(full->sizes(), {}, full->options());
   }
   const bool launched = call([&] {
+    if (part != nullptr) {
+      return launch_broadcast(op, scalar, dense(result), dense(*full), dense(*part),
+                              /*part_first=*/part == &self, static_cast<size_t>(inner),
+                              self.device().index());
+    }
     return launch_same_shape(op, scalar, dense(result), dense(self), dense(n > 1 ? *in[1] : self),
                              self.device().index());
   });

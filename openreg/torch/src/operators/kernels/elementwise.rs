@@ -145,6 +145,82 @@ fn launch_dense_f32(op: Pointwise, scalars: [f64; 2], at: [usize; 4], n: usize, 
 }
 // ANCHOR_END: launch_same_shape
 
+// ANCHOR: launch_broadcast
+/// Launches a binary `op` over contiguous float32 operands where one input, `part`, is
+/// broadcast in one block: output element `i` reads `full[i]` and
+/// `part[(i / inner) % part.numel]` (`broadcast_inner` in Structured.h finds `inner`).
+/// `part_first`: `part` is the operation's first input. False, having done nothing, if `op`
+/// is not binary, an operand is not float32, or the sizes do not tile the output.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn launch_broadcast(
+    op: Pointwise, scalar: f64, out: Dense, full: Dense, part: Dense, part_first: bool, inner: usize, device: i64,
+) -> Result<bool> {
+    let (n, period) = (out.numel, part.numel);
+    let floats = [out, full, part].iter().all(|t| Dtype::from_code(t.dtype) == Some(Dtype::Float));
+    if arity(op) != Some(2) || !floats || full.numel != n || inner == 0 || period == 0 || n % (inner * period) != 0 {
+        return Ok(false);
+    }
+    let (o, full, part) = (dense(&out, Dtype::Float)?, dense(&full, Dtype::Float)?, dense(&part, Dtype::Float)?);
+    let shape = Broadcast { n, inner, period, part_first };
+    if n > 0 {
+        launch(device, n, move || shape.run(op, [scalar as f32, 0.0], o, full, part))?;
+    }
+    Ok(true)
+}
+
+/// The index space of [`launch_broadcast`].
+#[derive(Debug, Clone, Copy)]
+struct Broadcast {
+    n: usize,
+    inner: usize,
+    period: usize,
+    part_first: bool,
+}
+
+impl Broadcast {
+    /// Blocks of up to [`BLOCK`] output elements, each against a buffer holding the elements
+    /// of `part` it reads, so that the loops are the vector loops over two arrays. A row of
+    /// `part` at least a block long is read in place.
+    fn run(self, op: Pointwise, scalars: [f32; 2], o: usize, full: usize, part: usize) {
+        let at = |addr: usize, i: usize| (addr as *const f32).wrapping_add(i);
+        parallel(self.n, |start, count| {
+            let mut buffer = [0f32; BLOCK];
+            let (mut i, end) = (start, start + count);
+            while i < end {
+                let mut len = BLOCK.min(end - i);
+                let (first, p) = (i / self.inner, (i / self.inner) % self.period);
+                let read = if self.inner == 1 && self.period >= BLOCK {
+                    len = len.min(self.period - p); // up to the row's end
+                    at(part, p)
+                } else {
+                    let mut j = 0;
+                    while j < len {
+                        let k = (i + j) / self.inner;
+                        let q = if k == first { p } else { k % self.period };
+                        // SAFETY: `q` and the run stay inside `part`'s `period` elements.
+                        let run = if self.inner == 1 {
+                            let run = (self.period - q).min(len - j);
+                            unsafe { std::ptr::copy_nonoverlapping(at(part, q), buffer.as_mut_ptr().add(j), run) };
+                            run
+                        } else {
+                            let run = ((k + 1) * self.inner - (i + j)).min(len - j);
+                            buffer[j..j + run].fill(unsafe { *at(part, q) });
+                            run
+                        };
+                        j += run;
+                    }
+                    buffer.as_ptr()
+                };
+                let ins = if self.part_first { [read, at(full, i), read] } else { [at(full, i), read, read] };
+                // SAFETY: the launch checked n elements of `o` and `full`; `read` has `len`.
+                unsafe { compute(op, scalars, ins, at(o, i).cast_mut(), len) };
+                i += len;
+            }
+        });
+    }
+}
+// ANCHOR_END: launch_broadcast
+
 /// Same-dtype copy of elements of `size` bytes, run by run.
 fn copy_raw(layout: &Layout, dst: usize, src: usize, size: usize) {
     let (ds, ss) = (layout.strides[0][0], layout.strides[0][1]);
@@ -883,6 +959,29 @@ fn div_floor(a: f32, b: f32) -> f32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn broadcast_reads_the_part_element_of_each_output_element() {
+        // Rows shorter and longer than a block, a part at least a block long, both argument
+        // orders, and sizes split between threads.
+        for (n, inner, period) in [(24 * 64, 1, 64), (24 * 64, 64, 24), (3 * 4097, 1, 4097), (3 * 4097, 4097, 3),
+            (4 * 8 * 25, 25, 8), (600 * 100, 1, 100), (70_000, 70_000, 1), (40 * 1000, 1000, 20)]
+        {
+            for part_first in [false, true] {
+                let full: Vec<f32> = (0..n).map(|i| i as f32).collect();
+                let part: Vec<f32> = (0..period).map(|i| 1.0 + i as f32 * 0.5).collect();
+                let mut out = vec![0f32; n];
+                let shape = Broadcast { n, inner, period, part_first };
+                let addr = |v: &[f32]| v.as_ptr() as usize;
+                shape.run(Pointwise::Div, [0.0, 0.0], out.as_mut_ptr() as usize, addr(&full), addr(&part));
+                for i in 0..n {
+                    let (f, p) = (full[i], part[(i / inner) % period]);
+                    let want = if part_first { p / f } else { f / p };
+                    assert_eq!(out[i], want, "{n} {inner} {period} {part_first} at {i}");
+                }
+            }
+        }
+    }
 
     #[test]
     fn normal_cdf_within_its_bound() {
