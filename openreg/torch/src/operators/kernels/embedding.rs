@@ -92,7 +92,7 @@ pub(crate) fn embedding_backward(
         padding_idx: usize::try_from(padding_idx).ok(),
         scale_by_freq,
     };
-    launch(device, grad_output.numel, move || work.run())?;
+    launch(device, grad_output.numel.max(grad_weight.numel), move || work.run())?;
     Ok(true)
 }
 
@@ -166,39 +166,53 @@ pub(crate) struct EmbeddingBackward {
 }
 
 impl EmbeddingBackward {
+    /// Zeroes the gradient in place (all-zero bits are 0.0 in every float dtype), then sums
+    /// the rows the indices name in float32, once per distinct row: a vocabulary's gradient
+    /// is mostly zeros, and only the touched rows are computed and stored.
     pub(crate) fn run(&self) {
         let d = self.dim;
-        let mut sums = vec![0.0f32; self.num_weights * d];
-        let mut counts = vec![0u32; self.num_weights];
-        let mut row = vec![0.0f32; d];
-        let (gptr, gtype) = self.grad_output;
+        let (wptr, wtype) = self.grad_weight;
+        let bytes = self.num_weights * d * wtype.size();
+        super::elementwise::parallel_min(bytes, 1 << 18, |start, count| {
+            // SAFETY: `bytes` bytes of grad_weight, checked at launch.
+            unsafe { std::ptr::write_bytes((wptr + start) as *mut u8, 0, count) }
+        });
         // SAFETY: `len` int64 values at a view checked at launch, written by work queued before.
         let indices: Vec<i64> = (0..self.len).map(|i| unsafe { (self.indices as *const i64).add(i).read_unaligned() }).collect();
         if let Some(&bad) = indices.iter().find(|&&i| !(0..self.num_weights as i64).contains(&i)) {
             rt::fail_task(rt::FailureClass::Index,
                           format!("embedding_dense_backward: index {bad} is out of range for {} weights", self.num_weights));
         }
+        // Each distinct row's slot in `sums`, in order of first use; summed in index order.
+        let mut slots = std::collections::HashMap::with_capacity(indices.len());
+        let mut rows: Vec<(usize, u32)> = Vec::new(); // (row, count) per slot
+        let mut sums: Vec<f32> = Vec::new();
+        let mut row = vec![0.0f32; d];
+        let (gptr, gtype) = self.grad_output;
         for (i, &index) in indices.iter().enumerate() {
             let Some(index) = usize::try_from(index).ok().filter(|&i| i < self.num_weights) else { continue };
-            counts[index] += 1;
+            let slot = *slots.entry(index).or_insert_with(|| {
+                rows.push((index, 0));
+                sums.resize(sums.len() + d, 0.0);
+                rows.len() - 1
+            });
+            rows[slot].1 += 1;
             if Some(index) == self.padding_idx {
                 continue;
             }
             // SAFETY: row i of grad_output, checked at launch.
             unsafe { load(gtype, (gptr + i * d * gtype.size()) as *const u8, gtype.size() as isize, &mut row) };
-            for (s, g) in sums[index * d..(index + 1) * d].iter_mut().zip(&row) {
+            for (s, g) in sums[slot * d..(slot + 1) * d].iter_mut().zip(&row) {
                 *s += g;
             }
         }
-        if self.scale_by_freq {
-            for (index, &count) in counts.iter().enumerate() {
-                if count > 1 {
-                    sums[index * d..(index + 1) * d].iter_mut().for_each(|s| *s /= count as f32);
-                }
+        for (slot, &(index, count)) in rows.iter().enumerate() {
+            let sum = &mut sums[slot * d..(slot + 1) * d];
+            if self.scale_by_freq && count > 1 {
+                sum.iter_mut().for_each(|s| *s /= count as f32);
             }
+            // SAFETY: row `index` (< num_weights) of grad_weight, checked at launch.
+            unsafe { store(wtype, (wptr + index * d * wtype.size()) as *mut u8, wtype.size() as isize, sum) };
         }
-        let (wptr, wtype) = self.grad_weight;
-        // SAFETY: num_weights x dim elements, checked at launch.
-        unsafe { store(wtype, wptr as *mut u8, wtype.size() as isize, &sums) };
     }
 }
