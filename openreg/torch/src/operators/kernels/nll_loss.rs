@@ -164,8 +164,11 @@ pub(crate) unsafe fn backward(args: &NllLoss, grad_input: Slot, grad_output: Slo
     let classes = args.classes as usize;
     let w = |t: usize| weight.map_or(1.0, |w| unsafe { read(w, t) });
     unsafe {
-        let zeros = vec![0f32; target.len() * classes];
-        dtype::store(grad_input.1, grad_input.0 as *mut u8, grad_input.1.size() as isize, &zeros);
+        // All-zero bits are 0.0 in every float dtype: no float32 buffer the gradient's size.
+        let bytes = target.len() * classes * grad_input.1.size();
+        super::elementwise::parallel_min(bytes, 1 << 18, |start, count| {
+            std::ptr::write_bytes((grad_input.0 + start) as *mut u8, 0, count)
+        });
         let per_sample = args.per_sample;
         // One upstream gradient for a reduced loss (divided by the weight total for a mean).
         let reduced = match (per_sample, args.reduction) {
